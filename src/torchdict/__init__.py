@@ -1,0 +1,20 @@
+"""torchdict: a dict of tensors that behaves like one tensor along shared batch dimensions."""
+from ._base import is_tensor_collection
+from ._errors import InplaceWriteError, KeyThroughLeafError
+from ._keys import NestedKey, unravel_key, unravel_key_list
+from .nontensor import NonTensorData, NonTensorStack
+from .tensordict import TensorDict
+
+__all__ = [
+    "TensorDict",
+    "NonTensorData",
+    "NonTensorStack",
+    "NestedKey",
+    "is_tensor_collection",
+    "unravel_key",
+    "unravel_key_list",
+    "InplaceWriteError",
+    "KeyThroughLeafError",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+"""Filled in by issue 3 (arithmetic)."""
+
+
+class OpsMixin:
+    __slots__ = ()

@@ -1,0 +1,150 @@
+"""Live views over a TensorDict's keys, values and items."""
+from __future__ import annotations
+
+from collections.abc import Set
+from typing import Any, Callable, Iterator, Optional, Tuple
+
+from ._base import TensorCollection
+from .nontensor import NonTensorData, NonTensorStack
+
+_NON_TENSOR = (NonTensorData, NonTensorStack)
+
+
+def default_is_leaf(cls: type) -> bool:
+    """Tensors are leaves; collections and non-tensor data are not (for ``leaves_only``)."""
+    return not issubclass(cls, TensorCollection) and cls not in _NON_TENSOR
+
+
+def _not_collection(cls: type) -> bool:
+    return not issubclass(cls, TensorCollection)
+
+
+def _storage(value: Any) -> dict:
+    # A tensorclass keeps its fields in a TensorDict; walk that one.
+    inner = value._tensordict
+    return inner if type(inner) is dict else inner._tensordict
+
+
+def iter_items(storage: dict, include_nested: bool, leaves_only: bool,
+               is_leaf: Optional[Callable[[type], bool]], prefix: Tuple[str, ...] = ()) -> Iterator[tuple]:
+    """Yield ``(key, value)`` in insertion order, post-order for nested entries."""
+    if is_leaf is None:
+        is_leaf = default_is_leaf if leaves_only else _not_collection
+    for key, value in storage.items():
+        full_key = prefix + (key,) if prefix else key
+        cls = type(value)
+        leaf = is_leaf(cls)
+        if include_nested and not leaf and isinstance(value, TensorCollection):
+            nested_prefix = full_key if prefix else (key,)
+            yield from iter_items(_storage(value), True, leaves_only, is_leaf, nested_prefix)
+        if not leaves_only or leaf:
+            yield full_key, value
+
+
+def _sort_key(key: Any) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
+
+
+class _View:
+    __slots__ = ("_td", "include_nested", "leaves_only", "is_leaf", "sort")
+
+    def __init__(self, td: Any, include_nested: bool = False, leaves_only: bool = False,
+                 is_leaf: Optional[Callable[[type], bool]] = None, sort: bool = False) -> None:
+        self._td = td
+        self.include_nested = include_nested
+        self.leaves_only = leaves_only
+        self.is_leaf = is_leaf
+        self.sort = sort
+
+    def _items(self) -> Iterator[tuple]:
+        items = iter_items(self._td._tensordict, self.include_nested, self.leaves_only, self.is_leaf)
+        if self.sort:
+            return iter(sorted(items, key=lambda item: _sort_key(item[0])))
+        return items
+
+    def __len__(self) -> int:
+        if not self.include_nested and not self.leaves_only:
+            return len(self._td._tensordict)
+        return sum(1 for _ in self._items())
+
+
+class KeysView(_View, Set):
+    """Live view of the keys; ``in`` accepts nested tuple keys."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self.include_nested and not self.leaves_only and not self.sort:
+            return iter(self._td._tensordict)
+        return (key for key, _ in self._items())
+
+    def __contains__(self, key: object) -> bool:
+        from ._keys import key_to_tuple
+
+        if type(key) is not str:
+            if not isinstance(key, (str, tuple)) or not key:
+                raise TypeError(
+                    "TensorDict keys are always strings. Membership checks are only supported for "
+                    "strings or non-empty tuples of strings (for nested TensorDicts)"
+                )
+            try:
+                key = key_to_tuple(key)
+            except KeyError:
+                raise TypeError(
+                    "TensorDict keys are always strings. Membership checks are only supported for "
+                    "strings or non-empty tuples of strings (for nested TensorDicts)"
+                ) from None
+            if len(key) == 1:
+                key = key[0]
+            elif not self.include_nested:
+                return False
+            else:
+                return self._contains_nested(key)
+        storage = self._td._tensordict
+        if key not in storage:
+            return False
+        if self.leaves_only:
+            is_leaf = self.is_leaf or default_is_leaf
+            return is_leaf(type(storage[key]))
+        return True
+
+    def _contains_nested(self, key: tuple) -> bool:
+        storage = self._td._tensordict
+        for part in key[:-1]:
+            value = storage.get(part)
+            if not isinstance(value, TensorCollection):
+                return False
+            if self.is_leaf is not None and self.is_leaf(type(value)):
+                return False
+            storage = _storage(value)
+        if key[-1] not in storage:
+            return False
+        if self.leaves_only:
+            return (self.is_leaf or default_is_leaf)(type(storage[key[-1]]))
+        return True
+
+    @classmethod
+    def _from_iterable(cls, iterable: Any) -> set:
+        return set(iterable)
+
+    def __repr__(self) -> str:
+        return (f"_TensorDictKeysView({list(self)},\n    include_nested={self.include_nested},\n"
+                f"    leaves_only={self.leaves_only})")
+
+
+class ValuesView(_View):
+    """Live view of the values (non-tensor entries as their wrappers)."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        return (value for _, value in self._items())
+
+
+class ItemsView(_View):
+    """Live view of ``(key, value)`` pairs."""
+
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[tuple]:
+        return self._items()

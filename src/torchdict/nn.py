@@ -1,0 +1,5 @@
+"""Filled in by issue 5."""
+
+
+class ModuleMixin:
+    __slots__ = ()

@@ -1,0 +1,216 @@
+"""Non-tensor leaves: Python values carried along the batch dimensions.
+
+``NonTensorData`` holds one value shared by every element of its batch.
+``NonTensorStack`` holds one value per element (the result of stacking or
+concatenating non-tensor leaves, or of writing different values at
+different indices). Batch operations are applied to an *index grid*
+(``arange(numel).view(batch_size)``), so any op that works on a tensor of
+the batch shape (indexing, permute, reshape, stack, ...) works here too,
+with no per-op code.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, List, Sequence
+
+import torch
+
+__all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
+
+
+def _shape_probe(batch_size: torch.Size) -> torch.Tensor:
+    # A zero-stride tensor of the batch shape: costs no memory whatever the batch.
+    return torch.zeros((), dtype=torch.uint8).expand(batch_size)
+
+
+def _nest(values: Sequence[Any], shape: Sequence[int]) -> Any:
+    if len(shape) == 0:
+        return values[0]
+    if len(shape) == 1:
+        return list(values)
+    step = len(values) // shape[0] if shape[0] else 0
+    return [_nest(values[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+class NonTensorData:
+    """A Python value stored in a TensorDict, shared across its batch.
+
+    >>> from torchdict import TensorDict
+    >>> td = TensorDict(batch_size=[2])
+    >>> td["name"] = "hello"
+    >>> td["name"], td[0]["name"]
+    ('hello', 'hello')
+    """
+
+    __slots__ = ("data", "batch_size", "device")
+
+    def __init__(self, data: Any, batch_size: Sequence[int] = (), device: Any = None) -> None:
+        self.data = data
+        self.batch_size = torch.Size(batch_size)
+        self.device = None if device is None else torch.device(device)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.batch_size
+
+    def tolist(self) -> Any:
+        numel = self.batch_size.numel()
+        return _nest([self.data] * numel, self.batch_size)
+
+    def _batch_op(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "NonTensorData":
+        return NonTensorData(self.data, fn(_shape_probe(self.batch_size)).shape, self.device)
+
+    def _with_batch_size(self, batch_size: torch.Size) -> "NonTensorData":
+        return NonTensorData(self.data, batch_size, self.device)
+
+    def _to_device(self, device: Any) -> "NonTensorData":
+        return NonTensorData(self.data, self.batch_size, device)
+
+    def _flat_values(self) -> List[Any]:
+        return [self.data] * self.batch_size.numel()
+
+    def clone(self) -> "NonTensorData":
+        return NonTensorData(self.data, self.batch_size, self.device)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NonTensorData):
+            return self.data == other.data and self.batch_size == other.batch_size
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"NonTensorData(data={self.data}, batch_size={self.batch_size}, device={self.device})"
+
+
+class NonTensorStack:
+    """One Python value per batch element.
+
+    ``data`` (and ``tolist()``) give the values as nested lists of the batch shape.
+
+    >>> import torch
+    >>> from torchdict import TensorDict
+    >>> td = torch.stack([TensorDict(s="a"), TensorDict(s="b")])
+    >>> td["s"]
+    ['a', 'b']
+    """
+
+    __slots__ = ("_values", "batch_size", "device")
+
+    def __init__(self, values: Sequence[Any], batch_size: Sequence[int], device: Any = None) -> None:
+        batch_size = torch.Size(batch_size)
+        if len(values) != batch_size.numel():
+            raise ValueError(
+                f"NonTensorStack got {len(values)} values for a batch of {batch_size.numel()} elements."
+            )
+        self._values = list(values)
+        self.batch_size = batch_size
+        self.device = None if device is None else torch.device(device)
+
+    @classmethod
+    def from_nested_list(cls, values: list, batch_size: Sequence[int] | None = None) -> "NonTensorStack":
+        shape: list = []
+        probe: Any = values
+        while isinstance(probe, list) and (batch_size is None or len(shape) < len(batch_size)):
+            shape.append(len(probe))
+            if not probe:
+                break
+            probe = probe[0]
+        flat: list = []
+
+        def walk(item: Any, depth: int) -> None:
+            if depth == len(shape):
+                flat.append(item)
+                return
+            if not isinstance(item, list) or len(item) != shape[depth]:
+                raise ValueError("A list of non-tensor values must be rectangular to be stacked.")
+            for sub in item:
+                walk(sub, depth + 1)
+
+        walk(values, 0)
+        return cls(flat, shape)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.batch_size
+
+    @property
+    def data(self) -> Any:
+        return self.tolist()
+
+    def tolist(self) -> Any:
+        return _nest(self._values, self.batch_size)
+
+    def _flat_values(self) -> List[Any]:
+        return list(self._values)
+
+    def _index_grid(self) -> torch.Tensor:
+        return torch.arange(len(self._values)).view(self.batch_size)
+
+    def _batch_op(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "NonTensorData | NonTensorStack":
+        grid = fn(self._index_grid())
+        return _from_grid(grid, self._values, self.device)
+
+    def _with_batch_size(self, batch_size: torch.Size) -> "NonTensorStack":
+        return NonTensorStack(self._values, batch_size, self.device)
+
+    def _to_device(self, device: Any) -> "NonTensorStack":
+        return NonTensorStack(self._values, self.batch_size, device)
+
+    def _set_at(self, index: Any, value: Any) -> None:
+        positions = self._index_grid()[index].reshape(-1).tolist()
+        if isinstance(value, (NonTensorData, NonTensorStack)):
+            new_values = value._flat_values()
+            if len(new_values) == 1:
+                new_values = new_values * len(positions)
+        else:
+            new_values = [value] * len(positions)
+        if len(new_values) != len(positions):
+            raise RuntimeError(
+                f"Cannot write {len(new_values)} non-tensor values into {len(positions)} positions."
+            )
+        for position, item in zip(positions, new_values):
+            self._values[position] = item
+
+    def clone(self) -> "NonTensorStack":
+        return NonTensorStack(self._values, self.batch_size, self.device)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, NonTensorStack):
+            return self._values == other._values and self.batch_size == other.batch_size
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"NonTensorStack({self.tolist()!r}, batch_size={self.batch_size}, device={self.device})"
+
+
+def _from_grid(grid: torch.Tensor, values: Sequence[Any], device: Any) -> "NonTensorData | NonTensorStack":
+    picked = [values[i] for i in grid.reshape(-1).tolist()]
+    if grid.dim() == 0:
+        return NonTensorData(picked[0], (), device)
+    return NonTensorStack(picked, grid.shape, device)
+
+
+def is_non_tensor(leaf: object) -> bool:
+    return type(leaf) in (NonTensorData, NonTensorStack)
+
+
+def combine_non_tensor(
+    leaves: Sequence["NonTensorData | NonTensorStack"],
+    combine: Callable[[List[torch.Tensor]], torch.Tensor],
+) -> NonTensorStack:
+    """Stack or concatenate non-tensor leaves with the same ``combine`` torch uses for tensors.
+
+    ``combine`` receives one index grid per leaf (offset so the grids are disjoint)
+    and returns the combined grid, e.g. ``lambda grids: torch.stack(grids, dim)``.
+    """
+    values: list = []
+    grids = []
+    for leaf in leaves:
+        flat = leaf._flat_values()
+        grids.append(torch.arange(len(values), len(values) + len(flat)).view(leaf.batch_size))
+        values.extend(flat)
+    grid = combine(grids)
+    device = leaves[0].device if leaves else None
+    return NonTensorStack([values[i] for i in grid.reshape(-1).tolist()], grid.shape, device)

@@ -1,0 +1,5 @@
+"""Filled in by issue 6 (persistence)."""
+
+
+class PersistenceMixin:
+    __slots__ = ()

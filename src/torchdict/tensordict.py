@@ -1,0 +1,789 @@
+"""The TensorDict container: storage, the dict API, batch size, device and lock.
+
+Tensor-like behaviour (indexing, shape ops, arithmetic, moves, persistence,
+modules, ...) lives in one mixin per concern module; this file only keeps
+what every one of them relies on.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import torch
+
+from . import _keyops
+from ._apply import ApplyMixin
+from ._base import TensorCollection
+from ._context import ContextMixin
+from ._convert import check_tensor, parse_batch_size, parse_device, to_leaf
+from ._errors import (
+    incompatible_batch_error,
+    inplace_error,
+    locked_error,
+    missing_key_error,
+    through_leaf_error,
+)
+from ._indexing import IndexingMixin
+from ._keys import key_to_tuple
+from ._moves import MovesMixin
+from ._ops import OpsMixin
+from ._shape import ShapeMixin
+from ._torch_function import TorchFunctionMixin
+from ._views import ItemsView, KeysView, ValuesView
+from .distributed import DistributedMixin
+from .nn import ModuleMixin
+from .nontensor import NonTensorData, NonTensorStack
+from .parallel import ParallelMixin
+from .saving import PersistenceMixin
+
+__all__ = ["TensorDict"]
+
+_Tensor = torch.Tensor
+_NON_TENSOR = (NonTensorData, NonTensorStack)
+_MISSING: Any = object()
+
+
+def _as_td(value: Any) -> "TensorDict":
+    """The TensorDict behind a collection (a tensorclass keeps one in ``_tensordict``)."""
+    return value if type(value) is TensorDict or isinstance(value, TensorDict) else value._tensordict
+
+
+class TensorDict(
+    ApplyMixin,
+    IndexingMixin,
+    ShapeMixin,
+    OpsMixin,
+    MovesMixin,
+    TorchFunctionMixin,
+    ContextMixin,
+    PersistenceMixin,
+    ModuleMixin,
+    ParallelMixin,
+    DistributedMixin,
+    TensorCollection,
+):
+    """A dictionary of tensors sharing leading batch dimensions.
+
+    >>> import torch
+    >>> from torchdict import TensorDict
+    >>> td = TensorDict({"obs": torch.zeros(3, 4), "next": {"obs": torch.ones(3, 4)}}, batch_size=[3])
+    >>> td["next", "obs"].shape
+    torch.Size([3, 4])
+    >>> td[0].batch_size
+    torch.Size([])
+    """
+
+    __slots__ = (
+        "_tensordict",
+        "_batch_size",
+        "_device",
+        "_names",
+        "_is_locked",
+        "_lock_parents",
+        "_cm",
+        "_is_memmap",
+        "_saved_path",
+        "__weakref__",
+    )
+
+    # ------------------------------------------------------------------ construction
+    def __init__(
+        self,
+        source: Any = None,
+        batch_size: Any = None,
+        device: Any = None,
+        names: Optional[Sequence[Optional[str]]] = None,
+        non_blocking: Optional[bool] = None,
+        lock: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if source is None:
+            source = kwargs
+        elif kwargs:
+            raise ValueError("Either a dictionary or a sequence of kwargs must be provided, not both.")
+        elif isinstance(source, TensorDict):
+            source = source._tensordict
+        elif not isinstance(source, Mapping):
+            raise ValueError(
+                "A TensorDict source is expected to be a TensorDictBase sub-type or a Mapping, "
+                f"found type(source)={type(source)}."
+            )
+        batch_size = parse_batch_size(batch_size)
+        if any(dim < 0 for dim in batch_size):
+            raise RuntimeError(f"batch_size must hold non-negative sizes, got {batch_size}.")
+        device = parse_device(device)
+        self._tensordict = {}
+        self._batch_size = batch_size
+        self._device = device
+        self._names = None
+        self._is_locked = False
+        self._lock_parents = 0
+        self._cm = None
+        self._is_memmap = False
+        self._saved_path = None
+        storage = self._tensordict
+        n_batch = len(batch_size)
+        non_blocking = bool(non_blocking)
+        for key, value in source.items():
+            if type(key) is str and isinstance(value, _Tensor):
+                # Fast path for the common case: a str key and a tensor value.
+                if value.shape[:n_batch] != batch_size:
+                    value = check_tensor(value, key, batch_size, device)
+                elif device is not None and value.device != device:
+                    value = value.to(device, non_blocking=non_blocking)
+                storage[key] = value
+            else:
+                self._set_path(key_to_tuple(key), value, non_blocking=non_blocking)
+        if names is not None:
+            self.names = names
+        if lock:
+            self.lock_()
+
+    @classmethod
+    def _new_unsafe(
+        cls,
+        source: dict,
+        batch_size: torch.Size,
+        device: Optional[torch.device] = None,
+        names: Optional[list] = None,
+    ) -> "TensorDict":
+        """Build a TensorDict from already-valid parts, skipping every check.
+
+        ``source`` is adopted as the storage (not copied); its values must be
+        valid leaves for ``batch_size`` and ``device``.
+        """
+        td = object.__new__(cls)
+        td._tensordict = source
+        td._batch_size = batch_size
+        td._device = device
+        td._names = names
+        td._is_locked = False
+        td._lock_parents = 0
+        td._cm = None
+        td._is_memmap = False
+        td._saved_path = None
+        return td
+
+    def _new_like(self, source: dict, batch_size: Optional[torch.Size] = None) -> "TensorDict":
+        """An unlocked TensorDict with this one's class, device (and names when the batch is kept)."""
+        if batch_size is None:
+            return self._new_unsafe(source, self._batch_size, self._device, self._names)
+        return self._new_unsafe(source, batch_size, self._device)
+
+    @classmethod
+    def fromkeys(cls, keys: Sequence[Any], value: Any = 0) -> "TensorDict":
+        """A new TensorDict with every key set to ``value`` (one shared leaf).
+
+        >>> TensorDict.fromkeys(["a", ("b", "c")], 0)["b", "c"]
+        tensor(0)
+        """
+        td = cls()
+        leaf = to_leaf(value, None, td._batch_size, None)
+        for key in keys:
+            td._set_path(key_to_tuple(key), leaf)
+        return td
+
+    @classmethod
+    def from_dict(cls, input_dict: Mapping, *, auto_batch_size: Optional[bool] = None,
+                  batch_size: Any = None, device: Any = None, batch_dims: Optional[int] = None,
+                  names: Optional[Sequence[Optional[str]]] = None) -> "TensorDict":
+        """Recursively convert a (nested) mapping.
+
+        With ``batch_dims`` (or ``auto_batch_size=True``) the batch size is the
+        leading dims shared by every leaf (at most ``batch_dims`` of them).
+
+        >>> TensorDict.from_dict({"a": torch.zeros(3, 2)}, batch_dims=1).batch_size
+        torch.Size([3])
+        """
+        td = cls(input_dict, batch_size=batch_size, device=device)
+        if batch_size is None and (auto_batch_size or batch_dims is not None):
+            td.auto_batch_size_(batch_dims)
+        if names is not None:
+            td.names = names
+        return td
+
+    def auto_batch_size_(self, batch_dims: Optional[int] = None) -> "TensorDict":
+        """Set the batch size to the leading dims common to every leaf; returns self."""
+        shapes = [leaf.shape for _, leaf in self.items(True, True)]
+        common: list = []
+        if shapes:
+            for dims in zip(*shapes):
+                if any(dim != dims[0] for dim in dims) or (batch_dims is not None and len(common) >= batch_dims):
+                    break
+                common.append(dims[0])
+        self.batch_size = torch.Size(common)
+        return self
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, new_size: Any) -> None:
+        new_size = parse_batch_size(new_size)
+        if new_size == self._batch_size:
+            return
+        n_batch = len(new_size)
+        rebatched = {}
+        for key, leaf in self._tensordict.items():
+            if isinstance(leaf, _Tensor):
+                if leaf.shape[:n_batch] != new_size:
+                    raise incompatible_batch_error(key, leaf.shape, new_size)
+            elif isinstance(leaf, TensorCollection):
+                if leaf.batch_size[:n_batch] != new_size:
+                    # Validate every sub-collection before changing anything.
+                    _check_batch_fits(leaf, new_size, key)
+                    rebatched[key] = leaf
+            elif type(leaf) is NonTensorData:
+                if leaf.batch_size[:n_batch] != new_size:
+                    rebatched[key] = leaf
+            elif leaf.batch_size[:n_batch] != new_size:
+                raise incompatible_batch_error(key, leaf.batch_size, new_size)
+        for key, leaf in rebatched.items():
+            if type(leaf) is NonTensorData:
+                self._tensordict[key] = leaf._with_batch_size(new_size)
+            else:
+                leaf.batch_size = new_size
+        self._batch_size = new_size
+        self._names = None
+
+    @property
+    def shape(self) -> torch.Size:
+        return self._batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        return len(self._batch_size)
+
+    @property
+    def ndim(self) -> int:
+        return len(self._batch_size)
+
+    def dim(self) -> int:
+        return len(self._batch_size)
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return self._batch_size.numel()
+
+    def size(self, dim: Optional[int] = None) -> Any:
+        if dim is None:
+            return self._batch_size
+        return self._batch_size[dim]
+
+    @property
+    def device(self) -> Optional[torch.device]:
+        return self._device
+
+    @device.setter
+    def device(self, value: Any) -> None:
+        raise RuntimeError(
+            "device cannot be set using tensordict.device = device, because device cannot be updated "
+            "in-place. To update device, use tensordict.to(new_device), which will return a new "
+            "tensordict on the new device. You can also use tensordict.to(new_device) as a context "
+            "manager for temporary device changes."
+        )
+
+    def clear_device_(self) -> "TensorDict":
+        """Forget the device constraint (recursively), without moving data; returns self."""
+        self._device = None
+        for leaf in self._tensordict.values():
+            if isinstance(leaf, TensorCollection):
+                leaf.clear_device_()
+        return self
+
+    @property
+    def names(self) -> list:
+        return list(self._names) if self._names is not None else [None] * len(self._batch_size)
+
+    @names.setter
+    def names(self, value: Optional[Sequence[Optional[str]]]) -> None:
+        if value is None:
+            self._names = None
+            return
+        value = list(value)
+        if len(value) != len(self._batch_size):
+            raise ValueError(
+                "the length of the dimension names must equate the tensordict batch_dims attribute. "
+                f"Got {value} for batch_dims {len(self._batch_size)}."
+            )
+        named = [name for name in value if name is not None]
+        if len(set(named)) != len(named):
+            raise ValueError(f"Some dimension names are non-unique: {value}.")
+        self._names = value if named else None
+
+    def refine_names(self, *names: Optional[str]) -> "TensorDict":
+        """Set names for the batch dims (``...`` keeps the names of the dims it spans); returns self."""
+        if Ellipsis in names:
+            position = names.index(Ellipsis)
+            fill = len(self._batch_size) - len(names) + 1
+            names = names[:position] + tuple(self.names[position:position + fill]) + names[position + 1:]
+        self.names = names
+        return self
+
+    def rename_(self, *names: Optional[str], **rename_map: str) -> "TensorDict":
+        """Rename batch dims in place, positionally or with ``old=new``; returns self."""
+        if names:
+            self.names = names
+        if rename_map:
+            current = self.names
+            for old, new in rename_map.items():
+                if old not in current:
+                    raise ValueError(f"Dimension name {old!r} not found in {current}.")
+                current[current.index(old)] = new
+            self.names = current
+        return self
+
+    def rename(self, *names: Optional[str], **rename_map: str) -> "TensorDict":
+        """A shallow copy with renamed batch dims."""
+        return self.copy().rename_(*names, **rename_map)
+
+    # ------------------------------------------------------------------ locking
+    @property
+    def is_locked(self) -> bool:
+        return self._is_locked
+
+    def _check_unlocked(self) -> None:
+        if self._is_locked:
+            raise locked_error()
+
+    def lock_(self) -> "TensorDict":
+        """Forbid new keys, deletions and replacements, recursively; returns self."""
+        was_locked = self._is_locked
+        self._lock_tree()
+        self._remember_exit(None if was_locked else self._unlock_tree)
+        return self
+
+    def _lock_tree(self) -> None:
+        if self._is_locked:
+            return
+        self._is_locked = True
+        for leaf in self._tensordict.values():
+            if isinstance(leaf, TensorCollection):
+                child = _as_td(leaf)
+                child._lock_parents += 1
+                child._lock_tree()
+
+    def unlock_(self) -> "TensorDict":
+        """Allow modifications again (not on a td held by a locked parent); returns self."""
+        if self._lock_parents:
+            raise RuntimeError(
+                "Cannot unlock a tensordict that is part of a locked graph. Unlock the root tensordict "
+                "first. If the tensordict is part of multiple graphs, group the graphs under a common "
+                "tensordict an unlock this root."
+            )
+        was_locked = self._is_locked
+        self._unlock_tree()
+        self._remember_exit(self._lock_tree if was_locked else None)
+        return self
+
+    def _unlock_tree(self) -> None:
+        if not self._is_locked:
+            return
+        self._is_locked = False
+        self._is_memmap = False
+        for leaf in self._tensordict.values():
+            if isinstance(leaf, TensorCollection):
+                child = _as_td(leaf)
+                child._lock_parents -= 1
+                if not child._lock_parents:
+                    child._unlock_tree()
+
+    def _remember_exit(self, restore: Optional[Callable[[], None]]) -> None:
+        from ._context import remember_state_change
+
+        remember_state_change(self, restore)
+
+    # ------------------------------------------------------------------ reading
+    def __getitem__(self, index: Any) -> Any:
+        if type(index) is str:
+            try:
+                value = self._tensordict[index]
+            except KeyError:
+                raise missing_key_error(index, self._tensordict) from None
+            if type(value) in _NON_TENSOR:
+                return value.data
+            return value
+        if type(index) is tuple and index and _is_key_tuple(index):
+            value = self._get_path(key_to_tuple(index))
+            if type(value) in _NON_TENSOR:
+                return value.data
+            return value
+        if index == ():
+            return self
+        return self._index(index)
+
+    def get(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+        """The entry at ``key``; ``None`` (or the given default) when missing.
+
+        Non-tensor entries are returned as their ``NonTensorData`` wrapper.
+
+        >>> TensorDict(a=1).get("b", "default")
+        'default'
+        """
+        if len(args) + len(kwargs) > 1:
+            raise TypeError("get() takes a key and at most one default.")
+        default = args[0] if args else kwargs.get("default", None)
+        if type(key) is str:
+            return self._tensordict.get(key, default)
+        return self._get_path(key_to_tuple(key), default)
+
+    def _get_path(self, keys: tuple, default: Any = _MISSING) -> Any:
+        storage = self._tensordict
+        last = len(keys) - 1
+        for position, key in enumerate(keys):
+            value = storage.get(key, _MISSING)
+            if value is _MISSING:
+                if default is not _MISSING:
+                    return default
+                raise missing_key_error(keys if last else key, storage)
+            if position == last:
+                return value
+            if isinstance(value, TensorCollection):
+                storage = _as_td(value)._tensordict
+            else:
+                raise through_leaf_error(key, value, keys[position + 1])
+        return self
+
+    def get_at(self, key: Any, index: Any, *args: Any, **kwargs: Any) -> Any:
+        """``td.get(key)[index]``."""
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            if args or "default" in kwargs:
+                return args[0] if args else kwargs["default"]
+            raise missing_key_error(key, self._tensordict)
+        return value[index]
+
+    def get_non_tensor(self, key: Any, default: Any = _MISSING) -> Any:
+        """The raw Python value of a non-tensor entry."""
+        value = self._get_path(key_to_tuple(key), default)
+        if type(value) in _NON_TENSOR:
+            return value.data
+        return value
+
+    def is_non_tensor(self, key: Any) -> bool:
+        return type(self._get_path(key_to_tuple(key))) in _NON_TENSOR
+
+    def keys(self, include_nested: bool = False, leaves_only: bool = False,
+             is_leaf: Optional[Callable[[type], bool]] = None, *, sort: bool = False) -> KeysView:
+        """A live view of the keys (post-order, insertion order unless ``sort``)."""
+        return KeysView(self, include_nested, leaves_only, is_leaf, sort)
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False,
+               is_leaf: Optional[Callable[[type], bool]] = None, *, sort: bool = False) -> ValuesView:
+        return ValuesView(self, include_nested, leaves_only, is_leaf, sort)
+
+    def items(self, include_nested: bool = False, leaves_only: bool = False,
+              is_leaf: Optional[Callable[[type], bool]] = None, *, sort: bool = False) -> ItemsView:
+        return ItemsView(self, include_nested, leaves_only, is_leaf, sort)
+
+    @property
+    def sorted_keys(self) -> list:
+        return sorted(self._tensordict)
+
+    def __contains__(self, key: Any) -> bool:
+        if type(key) is str:
+            return key in self._tensordict
+        if isinstance(key, tuple):
+            return self.keys(include_nested=True).__contains__(key)
+        raise RuntimeError("key must be a NestedKey (a str or a possibly tuple of str).")
+
+    def __len__(self) -> int:
+        return self._batch_size[0] if self._batch_size else 0
+
+    def __iter__(self) -> Iterator["TensorDict"]:
+        if not self._batch_size:
+            raise TypeError(
+                "iteration over a 0-d tensordict. Use keys(), values() or items() to iterate over its entries."
+            )
+        return iter(self.unbind(0))
+
+    def __bool__(self) -> bool:
+        raise RuntimeError(
+            "Converting a tensordict to boolean value is not permitted. Use len(td.keys()) to test for "
+            "keys, td.is_empty() to test for leaves, or (a == b).all() / .any() to reduce a comparison."
+        )
+
+    def is_empty(self) -> bool:
+        """True when the TensorDict holds no leaf (empty sub-tds don't count)."""
+        for _ in self.keys(True, True, is_leaf=_is_any_leaf):
+            return False
+        return True
+
+    # ------------------------------------------------------------------ writing
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if type(index) is str:
+            if self._is_locked:
+                raise locked_error()
+            if isinstance(value, _Tensor):
+                batch_size = self._batch_size
+                if value.shape[: len(batch_size)] != batch_size:
+                    value = check_tensor(value, index, batch_size, self._device)
+                elif self._device is not None and value.device != self._device:
+                    value = value.to(self._device)
+                self._tensordict[index] = value
+            else:
+                self._set_path((index,), value)
+            return
+        if type(index) is tuple and index and _is_key_tuple(index):
+            self._set_path(key_to_tuple(index), value)
+            return
+        self._set_at_index(index, value)
+
+    def set(self, key: Any, item: Any, inplace: bool = False, *, non_blocking: bool = False,
+            **kwargs: Any) -> "TensorDict":
+        """Write ``item`` at ``key``; with ``inplace=True`` copy into an existing entry. Returns self.
+
+        >>> TensorDict().set(("a", "b"), 1)["a", "b"]
+        tensor(1)
+        """
+        self._set_path(key_to_tuple(key), item, inplace=inplace, non_blocking=non_blocking)
+        return self
+
+    def _parent_of(self, keys: tuple, create: bool) -> "TensorDict":
+        """The TensorDict holding ``keys[-1]``, creating missing levels when ``create``."""
+        td = self
+        for position, key in enumerate(keys[:-1]):
+            value = td._tensordict.get(key, _MISSING)
+            if value is _MISSING:
+                if not create:
+                    raise missing_key_error(keys, td._tensordict)
+                if td._is_locked:
+                    raise locked_error()
+                value = td._new_unsafe({}, td._batch_size, td._device)
+                td._tensordict[key] = value
+            elif not isinstance(value, TensorCollection):
+                if create:
+                    raise KeyError(
+                        f"The entry {key} is already present in tensordict and is a "
+                        f"{type(value).__name__}, so the nested key {keys} cannot be set through it."
+                    )
+                raise through_leaf_error(key, value, keys[position + 1])
+            td = _as_td(value)
+        return td
+
+    def _set_path(self, keys: tuple, value: Any, inplace: bool = False, non_blocking: bool = False) -> None:
+        td = self._parent_of(keys, create=True) if len(keys) > 1 else self
+        key = keys[-1]
+        if inplace:
+            existing = td._tensordict.get(key, _MISSING)
+            if existing is not _MISSING:
+                td._set_inplace(key, existing, value, keys, non_blocking)
+                return
+        if td._is_locked:
+            raise locked_error()
+        td._tensordict[key] = to_leaf(value, keys if len(keys) > 1 else key, td._batch_size, td._device,
+                                      non_blocking)
+
+    def _set_inplace(self, key: str, existing: Any, value: Any, full_key: Any, non_blocking: bool) -> None:
+        if isinstance(existing, _Tensor):
+            if isinstance(value, (TensorCollection,) + _NON_TENSOR) or isinstance(value, Mapping):
+                raise inplace_error(full_key, self)
+            if not isinstance(value, _Tensor):
+                value = to_leaf(value, full_key, torch.Size(()), None)
+                if not isinstance(value, _Tensor):
+                    raise inplace_error(full_key, self)
+            batch_size = self._batch_size
+            if value.shape[: len(batch_size)] != batch_size:
+                value = check_tensor(value, full_key, batch_size, None)
+            existing.copy_(value, non_blocking=non_blocking)
+        elif isinstance(existing, TensorCollection):
+            if isinstance(value, Mapping):
+                value = to_leaf(value, full_key, self._batch_size, self._device)
+            if not isinstance(value, TensorCollection):
+                raise inplace_error(full_key, self)
+            _as_td(existing).update_(value, non_blocking=non_blocking)
+        else:
+            value = to_leaf(value, full_key, self._batch_size, self._device)
+            if type(value) not in _NON_TENSOR:
+                raise inplace_error(full_key, self)
+            self._tensordict[key] = value
+
+    def set_(self, key: Any, item: Any, *, non_blocking: bool = False) -> "TensorDict":
+        """Copy ``item`` into the existing entry at ``key`` (allowed when locked); returns self."""
+        keys = key_to_tuple(key)
+        td = self._parent_of(keys, create=False) if len(keys) > 1 else self
+        existing = td._tensordict.get(keys[-1], _MISSING)
+        if existing is _MISSING:
+            raise missing_key_error(key, td._tensordict)
+        td._set_inplace(keys[-1], existing, item, keys if len(keys) > 1 else keys[0], non_blocking)
+        return self
+
+    def set_at_(self, key: Any, value: Any, index: Any, *, non_blocking: bool = False) -> "TensorDict":
+        """``td[key][index] = value`` (allowed when locked); returns self."""
+        existing = self._get_path(key_to_tuple(key))
+        if isinstance(existing, TensorCollection):
+            existing[index] = value
+        else:
+            existing[index] = value
+        return self
+
+    def set_non_tensor(self, key: Any, value: Any) -> "TensorDict":
+        """Store ``value`` as non-tensor data even if it could become a tensor; returns self."""
+        keys = key_to_tuple(key)
+        td = self._parent_of(keys, create=True) if len(keys) > 1 else self
+        td._check_unlocked()
+        td._tensordict[keys[-1]] = NonTensorData(value, td._batch_size, td._device)
+        return self
+
+    def setdefault(self, key: Any, default: Any, inplace: bool = False) -> Any:
+        """The value at ``key``, setting it to ``default`` first when missing."""
+        keys = key_to_tuple(key)
+        if self._get_path(keys, _MISSING) is _MISSING:
+            self._set_path(keys, default, inplace=inplace)
+        return self[keys if len(keys) > 1 else keys[0]]
+
+    def update(self, input_dict_or_td: Any = None, clone: bool = False, inplace: bool = False, *,
+               non_blocking: bool = False, keys_to_update: Optional[Sequence[Any]] = None,
+               is_leaf: Optional[Callable[[type], bool]] = None, update_batch_size: bool = False,
+               ignore_lock: bool = False, **kwargs: Any) -> "TensorDict":
+        """Merge entries in, recursing into sub-TensorDicts; returns self."""
+        return _keyops.update(self, input_dict_or_td, clone=clone, inplace=inplace, non_blocking=non_blocking,
+                              keys_to_update=keys_to_update, is_leaf=is_leaf,
+                              update_batch_size=update_batch_size, ignore_lock=ignore_lock, kwargs=kwargs)
+
+    def update_(self, input_dict_or_td: Any = None, clone: bool = False, *, non_blocking: bool = False,
+                keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> "TensorDict":
+        """Copy entries into existing ones, in place (allowed when locked); returns self."""
+        return _keyops.update_(self, input_dict_or_td, clone=clone, non_blocking=non_blocking,
+                               keys_to_update=keys_to_update, kwargs=kwargs)
+
+    copy_ = update_
+
+    def update_at_(self, input_dict_or_td: Any, idx: Any, clone: bool = False, *, non_blocking: bool = False,
+                   keys_to_update: Optional[Sequence[Any]] = None) -> "TensorDict":
+        """Write entries in place at batch index ``idx``; returns self."""
+        return _keyops.update_at_(self, input_dict_or_td, idx, clone=clone, keys_to_update=keys_to_update)
+
+    # ------------------------------------------------------------------ removing
+    def __delitem__(self, key: Any) -> None:
+        keys = key_to_tuple(key)
+        td = self._parent_of(keys, create=False) if len(keys) > 1 else self
+        td._check_unlocked()
+        try:
+            del td._tensordict[keys[-1]]
+        except KeyError:
+            raise KeyError(key) from None
+
+    def del_(self, key: Any) -> "TensorDict":
+        del self[key]
+        return self
+
+    def pop(self, key: Any, default: Any = _MISSING) -> Any:
+        """Remove ``key`` and return its value (or ``default`` when missing)."""
+        keys = key_to_tuple(key)
+        try:
+            td = self._parent_of(keys, create=False) if len(keys) > 1 else self
+        except KeyError:
+            if default is not _MISSING:
+                return default
+            raise
+        if keys[-1] not in td._tensordict:
+            if default is not _MISSING:
+                return default
+            raise missing_key_error(key, td._tensordict)
+        td._check_unlocked()
+        return td._tensordict.pop(keys[-1])
+
+    def popitem(self) -> tuple:
+        """Remove and return the last inserted ``(key, value)`` pair."""
+        self._check_unlocked()
+        try:
+            return self._tensordict.popitem()
+        except KeyError:
+            raise KeyError("popitem(): dictionary is empty") from None
+
+    def clear(self) -> "TensorDict":
+        self._check_unlocked()
+        self._tensordict.clear()
+        return self
+
+    def rename_key_(self, old_key: Any, new_key: Any, safe: bool = False) -> "TensorDict":
+        """Move an entry to a new key; returns self."""
+        return _keyops.rename_key_(self, old_key, new_key, safe)
+
+    # ------------------------------------------------------------------ structure
+    def copy(self) -> "TensorDict":
+        """A shallow copy: new containers (sub-tds too), the same leaves."""
+        storage = {}
+        for key, leaf in self._tensordict.items():
+            storage[key] = leaf.copy() if isinstance(leaf, TensorCollection) else leaf
+        return self._new_like(storage)
+
+    def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> "TensorDict":
+        """Only the given keys, with the nested structure kept; leaves are shared."""
+        return _keyops.select(self, keys, inplace=inplace, strict=strict)
+
+    def exclude(self, *keys: Any, inplace: bool = False) -> "TensorDict":
+        """All but the given keys (missing ones are ignored)."""
+        return _keyops.exclude(self, keys, inplace=inplace)
+
+    def split_keys(self, *key_sets: Any, inplace: bool = False, default: Any = _MISSING, strict: bool = True,
+                   reproduce_struct: bool = False) -> tuple:
+        """One TensorDict per key set, plus one with the remaining keys."""
+        return _keyops.split_keys(self, key_sets, inplace=inplace, default=default, strict=strict,
+                                  reproduce_struct=reproduce_struct)
+
+    def flatten_keys(self, separator: str = ".", inplace: bool = False,
+                     is_leaf: Optional[Callable[[type], bool]] = None) -> "TensorDict":
+        """Nested keys joined by ``separator`` into a single level."""
+        return _keyops.flatten_keys(self, separator, inplace, is_leaf)
+
+    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> "TensorDict":
+        """Keys split on ``separator`` into nested TensorDicts."""
+        return _keyops.unflatten_keys(self, separator, inplace)
+
+    def to_dict(self, *, retain_none: bool = True, convert_tensors: bool = False,
+                tolist_first: bool = False) -> dict:
+        """A nested plain ``dict`` (non-tensor entries as their raw values)."""
+        result = {}
+        for key, leaf in self._tensordict.items():
+            if isinstance(leaf, TensorCollection):
+                result[key] = _as_td(leaf).to_dict(retain_none=retain_none, convert_tensors=convert_tensors)
+            elif type(leaf) in _NON_TENSOR:
+                if leaf.data is None and not retain_none:
+                    continue
+                result[key] = leaf.data
+            else:
+                result[key] = leaf.tolist() if convert_tensors else leaf
+        return result
+
+    def __repr__(self) -> str:
+        from .printing import format_tensordict
+
+        return format_tensordict(self)
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild, (type(self), self._tensordict, self._batch_size, self._device, self._names,
+                           self._is_locked))
+
+
+def _rebuild(cls: type, storage: dict, batch_size: torch.Size, device: Any, names: Any, locked: bool) -> TensorDict:
+    td = cls._new_unsafe(storage, batch_size, device, names)
+    if locked:
+        td.lock_()
+    return td
+
+
+def _check_batch_fits(collection: Any, new_size: torch.Size, key: Any) -> None:
+    n_batch = len(new_size)
+    for name, leaf in _as_td(collection).items(True, True, is_leaf=_is_any_leaf):
+        shape = leaf.shape if isinstance(leaf, _Tensor) else leaf.batch_size
+        if shape[:n_batch] != new_size and type(leaf) is not NonTensorData:
+            raise incompatible_batch_error(name, shape, new_size)
+
+
+def _is_any_leaf(cls: type) -> bool:
+    return not issubclass(cls, TensorCollection)
+
+
+def _is_key_tuple(index: tuple) -> bool:
+    for item in index:
+        if type(item) is str:
+            continue
+        if type(item) is tuple and item and _is_key_tuple(item):
+            continue
+        return False
+    return True
