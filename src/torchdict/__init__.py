@@ -2,11 +2,13 @@
 from ._base import is_tensor_collection
 from ._errors import InplaceWriteError, KeyThroughLeafError
 from ._keys import NestedKey, unravel_key, unravel_key_list
+from .memmap import MemoryMappedTensor
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
 
 __all__ = [
     "TensorDict",
+    "MemoryMappedTensor",
     "NonTensorData",
     "NonTensorStack",
     "NestedKey",

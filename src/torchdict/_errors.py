@@ -19,6 +19,13 @@ SCALAR_HINT = (
 )
 
 
+class MessageKeyError(KeyError):
+    """A KeyError whose message reads as a sentence (plain KeyError shows its argument's repr)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class KeyThroughLeafError(ValueError):
     """A nested key tried to walk through a leaf that is not a TensorDict."""
 
@@ -58,7 +65,7 @@ def incompatible_batch_error(name: object, shape: torch.Size, batch_size: torch.
 
 def missing_key_error(key: object, keys) -> KeyError:
     shown = sorted(keys, key=str)
-    return KeyError(f'key "{key}" not found in TensorDict with keys {shown}')
+    return MessageKeyError(f'key "{key}" not found in TensorDict with keys {shown}')
 
 
 def through_leaf_error(leaf_key: str, leaf: object, next_key: str) -> KeyThroughLeafError:

@@ -8,7 +8,7 @@ import torch
 
 from ._base import TensorCollection
 from ._convert import to_leaf
-from ._errors import locked_error, missing_key_error
+from ._errors import MessageKeyError, locked_error, missing_key_error
 from ._keys import key_to_tuple
 from ._views import iter_items
 from .nontensor import NonTensorData, NonTensorStack
@@ -137,7 +137,7 @@ def _plan_inplace(td: Any, source: Any, tree: Optional[dict], prefix: tuple, pla
         existing = target._tensordict.get(key, _MISSING)
         if existing is _MISSING:
             shown = full_key if len(full_key) > 1 else full_key[0]
-            raise KeyError(f"The key {shown} was not found in the dest tensordict.")
+            raise MessageKeyError(f"The key {shown} was not found in the dest tensordict.")
         if isinstance(existing, TensorCollection):
             if not (isinstance(value, TensorCollection) or isinstance(value, Mapping)):
                 raise RuntimeError(f"update_() cannot copy a {type(value).__name__} into the "
@@ -182,9 +182,9 @@ def rename_key_(td: Any, old_key: Any, new_key: Any, safe: bool) -> Any:
     source = td._parent_of(old, create=False) if len(old) > 1 else td
     if old[-1] not in source._tensordict:
         raise missing_key_error(old_key, source._tensordict)
-    if safe and td._get_path(new, _MISSING) is not _MISSING:
+    if safe and td._get_path(new, None) is not None:
         shown = new if len(new) > 1 else new[0]
-        raise KeyError(f"key {shown} already present in TensorDict.")
+        raise MessageKeyError(f"key {shown} already present in TensorDict.")
     source._check_unlocked()
     target = td._parent_of(new, create=True) if len(new) > 1 else td
     target._check_unlocked()
@@ -277,8 +277,8 @@ def split_keys(td: Any, key_sets: tuple, *, inplace: bool, default: Any, strict:
         if default is not _MISSING:
             filled = td._new_like({})
             for key in key_set:
-                value = td._get_path(key_to_tuple(key), _MISSING)
-                filled._set_path(key_to_tuple(key), default if value is _MISSING else value)
+                value = td._get_path(key_to_tuple(key), None)
+                filled._set_path(key_to_tuple(key), default if value is None else value)
             results.append(filled)
         else:
             results.append(select(td, tuple(key_set), inplace=False, strict=strict))
@@ -327,7 +327,7 @@ def flatten_keys(td: Any, separator: str, inplace: bool, is_leaf: Optional[Calla
             collided.append(key)
         storage[flat] = _rebatch_leaf(value, td._batch_size)
     if collided:
-        raise KeyError(f"Flattening keys in tensordict causes keys {collided} to collide.")
+        raise MessageKeyError(f"Flattening keys in tensordict causes keys {collided} to collide.")
     if inplace:
         td._check_unlocked()
         nested = [key for key, value in td._tensordict.items() if isinstance(value, TensorCollection)]
@@ -354,19 +354,15 @@ def unflatten_keys(td: Any, separator: str, inplace: bool) -> Any:
         if isinstance(value, TensorCollection):
             value = unflatten_keys(_as_td(value), separator, False)
         parts = tuple(key.split(separator)) if separator in key else (key,)
-        existing = result._get_path(parts, _MISSING)
-        if existing is not _MISSING:
+        existing = result._get_path(parts, None)
+        if existing is not None:
             if isinstance(existing, TensorCollection) and isinstance(value, TensorCollection):
-                existing.update(value)
+                _merge_disjoint(_as_td(existing), _as_td(value), parts)
                 continue
-            raise KeyError(
-                f"Unflattening key(s) in tensordict will override an existing for unflattened key {parts}."
-            )
+            raise _unflatten_collision(parts)
         parent = result._parent_of(parts, create=True) if len(parts) > 1 else result
         if parts[-1] in parent._tensordict:
-            raise KeyError(
-                f"Unflattening key(s) in tensordict will override an existing for unflattened key {parts}."
-            )
+            raise _unflatten_collision(parts)
         parent._tensordict[parts[-1]] = value
     if inplace:
         td._check_unlocked()
@@ -374,6 +370,21 @@ def unflatten_keys(td: Any, separator: str, inplace: bool) -> Any:
         td._tensordict.update(result._tensordict)
         return td
     return result
+
+
+def _unflatten_collision(key: tuple) -> KeyError:
+    return MessageKeyError(f"Unflattening key(s) in tensordict will override an existing for unflattened key {key}.")
+
+
+def _merge_disjoint(target: Any, source: Any, prefix: tuple) -> None:
+    for key, value in source._tensordict.items():
+        existing = target._tensordict.get(key)
+        if existing is None:
+            target._tensordict[key] = value
+        elif isinstance(existing, TensorCollection) and isinstance(value, TensorCollection):
+            _merge_disjoint(_as_td(existing), _as_td(value), prefix + (key,))
+        else:
+            raise _unflatten_collision(prefix + (key,))
 
 
 def is_non_tensor_leaf(value: Any) -> bool:

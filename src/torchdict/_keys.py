@@ -25,7 +25,7 @@ def _flatten_into(key: tuple, out: list, original: object) -> None:
     for item in key:
         if type(item) is str:
             out.append(item)
-        elif isinstance(item, tuple):
+        elif isinstance(item, tuple) and item:
             _flatten_into(item, out, original)
         elif isinstance(item, str):  # str subclasses (e.g. enum-like str types)
             out.append(str(item))

@@ -17,6 +17,7 @@ from ._base import TensorCollection
 from ._context import ContextMixin
 from ._convert import check_tensor, parse_batch_size, parse_device, to_leaf
 from ._errors import (
+    MessageKeyError,
     incompatible_batch_error,
     inplace_error,
     locked_error,
@@ -109,8 +110,6 @@ class TensorDict(
                 f"found type(source)={type(source)}."
             )
         batch_size = parse_batch_size(batch_size)
-        if any(dim < 0 for dim in batch_size):
-            raise RuntimeError(f"batch_size must hold non-negative sizes, got {batch_size}.")
         device = parse_device(device)
         self._tensordict = {}
         self._batch_size = batch_size
@@ -134,6 +133,8 @@ class TensorDict(
                 storage[key] = value
             else:
                 self._set_path(key_to_tuple(key), value, non_blocking=non_blocking)
+        if any(dim < 0 for dim in batch_size):
+            raise RuntimeError(f"batch_size must hold non-negative sizes, got {batch_size}.")
         if names is not None:
             self.names = names
         if lock:
@@ -556,7 +557,7 @@ class TensorDict(
                 td._tensordict[key] = value
             elif not isinstance(value, TensorCollection):
                 if create:
-                    raise KeyError(
+                    raise MessageKeyError(
                         f"The entry {key} is already present in tensordict and is a "
                         f"{type(value).__name__}, so the nested key {keys} cannot be set through it."
                     )
@@ -631,7 +632,7 @@ class TensorDict(
     def setdefault(self, key: Any, default: Any, inplace: bool = False) -> Any:
         """The value at ``key``, setting it to ``default`` first when missing."""
         keys = key_to_tuple(key)
-        if self._get_path(keys, _MISSING) is _MISSING:
+        if self._get_path(keys, None) is None:
             self._set_path(keys, default, inplace=inplace)
         return self[keys if len(keys) > 1 else keys[0]]
 

@@ -1,0 +1,471 @@
+"""MemoryMappedTensor: a ``torch.Tensor`` whose bytes live in a file (or in shared memory).
+
+The file holds the raw little-endian elements in C order, with no header; dtype and
+shape are kept by the caller (``meta.json`` for a saved TensorDict). Mapping is done
+by ``torch.from_file(shared=True)``, so creating or opening a tensor costs one
+``open`` + ``mmap`` and no data is read until it is touched.
+
+This module also holds the raw file helpers used by :mod:`torchdict.saving`:
+writing a tensor's bytes with plain ``write`` calls (no page faults through a
+fresh mapping), allocating a sparse file of a given size, and mapping an existing
+file after checking it is long enough.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Sequence
+
+import torch
+
+__all__ = ["MemoryMappedTensor"]
+
+# Writes of non-contiguous (e.g. expanded) tensors are made contiguous this many
+# bytes at a time, so saving ``x.expand(10**6, ...)`` never materialises the whole thing.
+_CHUNK_BYTES = 64 << 20
+# One write() call on Linux moves at most 0x7FFFF000 bytes; the loop handles the rest.
+_FILE_MODE = 0o666  # filtered by the umask, like open()
+
+
+class _MappedFile:
+    """Where a MemoryMappedTensor's storage comes from; shared by all its views."""
+
+    __slots__ = ("path", "writable")
+
+    def __init__(self, path: str, writable: bool) -> None:
+        self.path = path
+        self.writable = writable
+
+
+def _as_shape(shape: Sequence[Any]) -> torch.Size:
+    """Accept ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])`` and ``f(torch.Size([2, 3]))``."""
+    if len(shape) == 1 and not isinstance(shape[0], int):
+        shape = shape[0]
+    return torch.Size(shape)
+
+
+def _nbytes(dtype: torch.dtype, shape: torch.Size) -> int:
+    return shape.numel() * dtype.itemsize
+
+
+def _is_view_index(index: Any) -> bool:
+    """True for indices that give a view in torch: ints, slices, None, Ellipsis and tuples of them."""
+    kind = index.__class__
+    if kind is int or kind is slice or index is None or index is Ellipsis:
+        return True
+    if kind is tuple:
+        for item in index:
+            kind = item.__class__
+            if not (kind is int or kind is slice or item is None or item is Ellipsis):
+                return False
+        return True
+    return False
+
+
+class MemoryMappedTensor(torch.Tensor):
+    """A tensor backed by a file, or by anonymous shared memory when no file is given.
+
+    Writes go straight to the file (``MAP_SHARED``). Integer and slice indexing return
+    MemoryMappedTensor views of the same file; advanced indexing, arithmetic and every
+    other op return plain tensors. A file-backed tensor pickles as its file name, dtype,
+    shape, strides and offset, so sending it to another process copies no data.
+
+    Example:
+        >>> import tempfile, os
+        >>> folder = tempfile.mkdtemp()
+        >>> mmt = MemoryMappedTensor.zeros(3, 4, filename=os.path.join(folder, "x.memmap"))
+        >>> mmt[1] = 7
+        >>> row = mmt[1]
+        >>> type(row).__name__, row.tolist()
+        ('MemoryMappedTensor', [7.0, 7.0, 7.0, 7.0])
+        >>> type(mmt + 1).__name__
+        'Tensor'
+    """
+
+    # Ops on the subclass run at plain-tensor speed and return plain tensors; the only
+    # results turned back into MemoryMappedTensor are basic-index views (see __getitem__).
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    _mapped_file: _MappedFile | None = None
+
+    # ------------------------------------------------------------------ wrapping
+    @classmethod
+    def _wrap(cls, tensor: torch.Tensor, mapped_file: _MappedFile | None) -> "MemoryMappedTensor":
+        result = tensor.as_subclass(cls)
+        if mapped_file is not None:
+            result._mapped_file = mapped_file
+        return result
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        result = torch.Tensor.__getitem__(self, index)
+        if _is_view_index(index):
+            result = result.as_subclass(MemoryMappedTensor)
+            mapped_file = self._mapped_file
+            if mapped_file is not None:
+                result._mapped_file = mapped_file
+        return result
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def filename(self) -> str:
+        """The path of the backing file.
+
+        Raises ``RuntimeError`` for a tensor in anonymous shared memory.
+        """
+        mapped_file = self._mapped_file
+        if mapped_file is None:
+            raise RuntimeError("The MemoryMappedTensor has no file associated.")
+        return mapped_file.path
+
+    def _has_file(self) -> bool:
+        return self._mapped_file is not None
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_tensor(
+        cls,
+        input: torch.Tensor,
+        *,
+        filename: str | os.PathLike | None = None,
+        existsok: bool = False,
+        copy_existing: bool = False,
+        copy_data: bool = True,
+        shape: Sequence[int] | None = None,
+    ) -> "MemoryMappedTensor":
+        """A MemoryMappedTensor holding a copy of ``input``.
+
+        With ``filename=None`` the data goes to anonymous shared memory. With a file name,
+        the bytes are written with plain file writes, then the file is mapped.
+        ``copy_data=False`` only allocates (a sparse, zero-filled file). ``shape``
+        broadcasts ``input`` to a larger shape.
+
+        ``input`` is returned unchanged when it already lives where it is asked to
+        (same file, or both anonymous). A file-backed ``input`` is only copied to a
+        different file with ``copy_existing=True``.
+
+        Example:
+            >>> MemoryMappedTensor.from_tensor(torch.arange(3)).tolist()
+            [0, 1, 2]
+        """
+        if not isinstance(input, torch.Tensor):
+            raise TypeError(
+                f"MemoryMappedTensor.from_tensor expects a torch.Tensor, got {type(input).__name__}. "
+                "Convert it with torch.as_tensor first."
+            )
+        path = None if filename is None else os.fspath(filename)
+        if isinstance(input, MemoryMappedTensor):
+            source_file = input._mapped_file
+            if path is None and source_file is None:
+                return input
+            if path is not None and source_file is not None:
+                same = os.path.abspath(path) == os.path.abspath(source_file.path)
+                if same and source_file.writable:
+                    return input
+                if not same and not copy_existing:
+                    raise RuntimeError(
+                        f"A filename was provided ({path}) but the tensor already has a file "
+                        f"associated ({source_file.path}). To copy the tensor onto the new "
+                        "location, pass copy_existing=True."
+                    )
+        if input.requires_grad:
+            raise RuntimeError("MemoryMappedTensor.from_tensor is incompatible with tensor.requires_grad.")
+        _check_storable(input, "input")
+        target_shape = input.shape if shape is None else _as_shape(tuple(shape))
+        source = input if shape is None else input.expand(target_shape)
+        if path is None:
+            result = _anonymous(input.dtype, target_shape)
+            if copy_data:
+                result.copy_(source)
+            return result
+        if copy_data:
+            write_tensor_file(path, source, existsok=existsok)
+        else:
+            allocate_file(path, _nbytes(input.dtype, target_shape), existsok=existsok)
+        return map_file(path, input.dtype, target_shape)
+
+    @classmethod
+    def from_filename(
+        cls,
+        filename: str | os.PathLike,
+        dtype: torch.dtype,
+        shape: Sequence[int],
+        index: Any = None,
+        mode: str | None = None,
+    ) -> "MemoryMappedTensor":
+        """Map an existing file holding raw elements of ``dtype`` in C order.
+
+        ``mode`` is ``"r+"`` (the default: writes go to the file) or ``"r"`` (a private
+        copy-on-write mapping, which also works on read-only files). The file must hold
+        at least the bytes the shape needs; extra trailing bytes are ignored.
+
+        Example:
+            >>> import tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "x.memmap")
+            >>> _ = MemoryMappedTensor.from_tensor(torch.arange(6), filename=path)
+            >>> MemoryMappedTensor.from_filename(path, torch.int64, [2, 3])[1].tolist()
+            [3, 4, 5]
+        """
+        result = map_file(os.fspath(filename), dtype, torch.Size(shape), mode=mode or "r+")
+        if index is not None:
+            result = result[index]
+        return result
+
+    @classmethod
+    def empty(cls, *shape: Any, dtype: torch.dtype | None = None, filename: str | os.PathLike | None = None,
+              existsok: bool = False) -> "MemoryMappedTensor":
+        """An uninitialised MemoryMappedTensor (new files and shared memory read as zeros).
+
+        Example:
+            >>> MemoryMappedTensor.empty(2, 3).shape
+            torch.Size([2, 3])
+        """
+        return _allocate(_as_shape(shape), dtype, filename, existsok)
+
+    @classmethod
+    def zeros(cls, *shape: Any, dtype: torch.dtype | None = None, filename: str | os.PathLike | None = None,
+              existsok: bool = False) -> "MemoryMappedTensor":
+        """A zero-filled MemoryMappedTensor; a new file is allocated sparsely, never written.
+
+        Example:
+            >>> MemoryMappedTensor.zeros((2,), dtype=torch.int32).tolist()
+            [0, 0]
+        """
+        path = None if filename is None else os.fspath(filename)
+        reused = path is not None and existsok and os.path.exists(path)
+        result = _allocate(_as_shape(shape), dtype, path, existsok)
+        if reused:
+            result.zero_()  # an existing file keeps its old bytes through ftruncate
+        return result
+
+    @classmethod
+    def ones(cls, *shape: Any, dtype: torch.dtype | None = None, filename: str | os.PathLike | None = None,
+             existsok: bool = False) -> "MemoryMappedTensor":
+        """A MemoryMappedTensor filled with ones.
+
+        Example:
+            >>> MemoryMappedTensor.ones(2).tolist()
+            [1.0, 1.0]
+        """
+        return cls.full(_as_shape(shape), fill_value=1, dtype=dtype, filename=filename, existsok=existsok)
+
+    @classmethod
+    def full(cls, *shape: Any, fill_value: Any, dtype: torch.dtype | None = None,
+             filename: str | os.PathLike | None = None, existsok: bool = False) -> "MemoryMappedTensor":
+        """A MemoryMappedTensor filled with ``fill_value`` (keyword-only, as in upstream).
+
+        Example:
+            >>> MemoryMappedTensor.full((2,), fill_value=5, dtype=torch.int64).tolist()
+            [5, 5]
+        """
+        if dtype is None:
+            dtype = torch.full((), fill_value).dtype
+        result = _allocate(_as_shape(shape), dtype, filename, existsok)
+        result.fill_(fill_value)
+        return result
+
+    @classmethod
+    def empty_like(cls, input: torch.Tensor, *, filename: str | os.PathLike | None = None) -> "MemoryMappedTensor":
+        """Same shape and dtype as ``input``, uninitialised (zeros for new storage)."""
+        return cls.empty(input.shape, dtype=input.dtype, filename=filename)
+
+    @classmethod
+    def zeros_like(cls, input: torch.Tensor, *, filename: str | os.PathLike | None = None) -> "MemoryMappedTensor":
+        """Same shape and dtype as ``input``, filled with zeros."""
+        return cls.zeros(input.shape, dtype=input.dtype, filename=filename)
+
+    @classmethod
+    def ones_like(cls, input: torch.Tensor, *, filename: str | os.PathLike | None = None) -> "MemoryMappedTensor":
+        """Same shape and dtype as ``input``, filled with ones."""
+        return cls.ones(input.shape, dtype=input.dtype, filename=filename)
+
+    @classmethod
+    def full_like(cls, input: torch.Tensor, fill_value: Any, *,
+                  filename: str | os.PathLike | None = None) -> "MemoryMappedTensor":
+        """Same shape and dtype as ``input``, filled with ``fill_value``."""
+        return cls.full(input.shape, fill_value=fill_value, dtype=input.dtype, filename=filename)
+
+    # ------------------------------------------------------------------ pickling
+    def __reduce_ex__(self, protocol: int) -> tuple:
+        mapped_file = self._mapped_file
+        if mapped_file is None:
+            # Anonymous memory: let whatever pickler is running handle the plain tensor.
+            # torch.multiprocessing shares the storage; plain pickle copies the data.
+            return (_rebuild_anonymous, (self.as_subclass(torch.Tensor),))
+        return (
+            _rebuild_from_file,
+            (
+                mapped_file.path,
+                mapped_file.writable,
+                self.dtype,
+                self.untyped_storage().nbytes(),
+                tuple(self.shape),
+                tuple(self.stride()),
+                self.storage_offset(),
+            ),
+        )
+
+    def __deepcopy__(self, memo: dict) -> "MemoryMappedTensor":
+        # A deep copy must not alias the file; it lands in anonymous shared memory.
+        result = _anonymous(self.dtype, self.shape)
+        result.copy_(self)
+        memo[id(self)] = result
+        return result
+
+
+def _rebuild_from_file(path: str, writable: bool, dtype: torch.dtype, storage_nbytes: int,
+                       shape: tuple, stride: tuple, offset: int) -> MemoryMappedTensor:
+    base = map_file(path, dtype, torch.Size([storage_nbytes // dtype.itemsize]),
+                    mode="r+" if writable else "r")
+    view = torch.Tensor.as_strided(base, shape, stride, offset)
+    return MemoryMappedTensor._wrap(view, base._mapped_file)
+
+
+def _rebuild_anonymous(tensor: torch.Tensor) -> MemoryMappedTensor:
+    if not tensor.is_shared():
+        tensor = tensor.share_memory_()
+    return MemoryMappedTensor._wrap(tensor, None)
+
+
+# ---------------------------------------------------------------------- raw helpers
+def _check_storable(tensor: torch.Tensor, key: object) -> None:
+    """Refuse tensors that have no flat byte representation."""
+    if tensor.layout is not torch.strided:
+        raise TypeError(
+            f"Cannot memory-map {key!r}: only strided (dense) tensors can be stored, got layout "
+            f"{tensor.layout}. Convert it with .to_dense() first."
+        )
+    if tensor.is_nested:
+        raise TypeError(f"Cannot memory-map {key!r}: nested tensors are not supported; pad them first.")
+    if tensor.is_quantized:
+        raise TypeError(f"Cannot memory-map {key!r}: quantized tensors are not supported.")
+    if tensor.device.type == "meta":
+        raise TypeError(f"Cannot memory-map {key!r}: it is on the meta device and has no data.")
+
+
+def _anonymous(dtype: torch.dtype, shape: torch.Size) -> MemoryMappedTensor:
+    """Zero-filled shared memory (no file), as a MemoryMappedTensor."""
+    storage = torch.UntypedStorage._new_shared(_nbytes(dtype, shape))
+    flat = torch.empty(0, dtype=dtype).set_(storage, 0, shape, _contiguous_strides(shape))
+    return MemoryMappedTensor._wrap(flat, None)
+
+
+def _contiguous_strides(shape: torch.Size) -> tuple:
+    strides = []
+    running = 1
+    for size in reversed(shape):
+        strides.append(running)
+        running *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def _allocate(shape: torch.Size, dtype: torch.dtype | None, filename: Any, existsok: bool) -> MemoryMappedTensor:
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if filename is None:
+        return _anonymous(dtype, shape)
+    path = os.fspath(filename)
+    allocate_file(path, _nbytes(dtype, shape), existsok=existsok)
+    return map_file(path, dtype, shape)
+
+
+def _open_for_write(path: str, existsok: bool) -> int:
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    if not existsok:
+        flags |= os.O_EXCL
+    try:
+        return os.open(path, flags, _FILE_MODE)
+    except FileExistsError:
+        raise RuntimeError(f"The file {path} already exists.") from None
+
+
+def allocate_file(path: str, nbytes: int, *, existsok: bool = True) -> None:
+    """Create (or resize) ``path`` to exactly ``nbytes`` bytes without writing them.
+
+    ``ftruncate`` leaves a sparse file: the blocks are only allocated when written,
+    so allocating a 50 GB dataset takes microseconds and no disk space.
+    """
+    fd = _open_for_write(path, existsok)
+    try:
+        os.ftruncate(fd, nbytes)
+    finally:
+        os.close(fd)
+
+
+def _byte_view(tensor: torch.Tensor) -> memoryview:
+    """A zero-copy byte view of a contiguous CPU tensor's memory."""
+    import ctypes
+
+    nbytes = tensor.numel() * tensor.element_size()
+    buffer = (ctypes.c_char * nbytes).from_address(tensor.data_ptr())
+    return memoryview(buffer).cast("B")
+
+
+def _write_all(fd: int, tensor: torch.Tensor) -> None:
+    if tensor.numel() == 0:
+        return
+    view = _byte_view(tensor)
+    written = 0
+    total = len(view)
+    while written < total:
+        written += os.write(fd, view[written:])
+
+
+def _shares_file(tensor: torch.Tensor, path: str) -> bool:
+    mapped_file = getattr(tensor, "_mapped_file", None)
+    return mapped_file is not None and os.path.abspath(mapped_file.path) == os.path.abspath(path)
+
+
+def write_tensor_file(path: str, tensor: torch.Tensor, *, existsok: bool = True) -> None:
+    """Write ``tensor``'s elements (C order, native little-endian) to ``path`` with plain writes.
+
+    A contiguous CPU tensor is written straight from its memory; anything else
+    (strided, expanded, conjugated, on another device) is made contiguous one chunk
+    of the leading dimension at a time, so memory use stays bounded.
+    """
+    tensor = tensor.detach()
+    if tensor.is_conj():
+        tensor = tensor.resolve_conj()
+    if tensor.is_neg():
+        tensor = tensor.resolve_neg()
+    if _shares_file(tensor, path):
+        # Writing a file from a mapping of that same file would read bytes we already
+        # overwrote; take a private copy first.
+        tensor = tensor.clone(memory_format=torch.contiguous_format)
+    fd = _open_for_write(path, existsok)
+    try:
+        nbytes = tensor.numel() * tensor.element_size()
+        if tensor.device.type == "cpu" and tensor.is_contiguous():
+            _write_all(fd, tensor)
+        elif tensor.dim() == 0 or nbytes <= _CHUNK_BYTES:
+            _write_all(fd, tensor.to("cpu").contiguous())
+        else:
+            row_bytes = max(nbytes // tensor.shape[0], 1)
+            rows_per_chunk = max(_CHUNK_BYTES // row_bytes, 1)
+            for start in range(0, tensor.shape[0], rows_per_chunk):
+                _write_all(fd, tensor[start:start + rows_per_chunk].to("cpu").contiguous())
+        # Cut off the tail of a longer file that was there before.
+        os.ftruncate(fd, nbytes)
+    finally:
+        os.close(fd)
+
+
+def map_file(path: str, dtype: torch.dtype, shape: torch.Size, *, mode: str = "r+") -> MemoryMappedTensor:
+    """Map an existing file as a MemoryMappedTensor of ``dtype`` and ``shape``.
+
+    The file must hold at least the bytes the shape needs (``torch.from_file`` would
+    otherwise silently grow it, hiding a truncated file); extra bytes are ignored.
+    ``mode="r"`` maps copy-on-write: writes stay in this process.
+    """
+    if mode not in ("r", "r+"):
+        raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}.")
+    needed = _nbytes(dtype, shape)
+    size = os.stat(path).st_size
+    if size < needed:
+        raise RuntimeError(
+            f"The file {path} holds {size} bytes but {len(shape)}-dim {dtype} data of shape "
+            f"{list(shape)} needs {needed} bytes: the file is truncated (was its save interrupted?)."
+        )
+    writable = mode == "r+"
+    if needed == 0:
+        flat = torch.empty(shape, dtype=dtype)
+    else:
+        flat = torch.from_file(path, shared=writable, size=shape.numel(), dtype=dtype).view(shape)
+    return MemoryMappedTensor._wrap(flat, _MappedFile(path, writable))
