@@ -67,7 +67,17 @@ def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking:
     batch_size = td._batch_size
     n_batch = len(batch_size)
     device = td._device
+    locked = td._is_locked
     for raw_key, value in _entries(source):
+        if type(raw_key) is str and tree is None and not clone and isinstance(value, _Tensor):
+            # Fast path: a tensor under a str key replacing a tensor (or adding a key).
+            existing = storage.get(raw_key, _MISSING)
+            if (existing is _MISSING and not locked) or (
+                isinstance(existing, _Tensor) and not inplace and (not locked or ignore_lock)
+            ):
+                if value.shape[:n_batch] == batch_size and (device is None or value.device == device):
+                    storage[raw_key] = value
+                    continue
         keys = key_to_tuple(raw_key)
         if len(keys) > 1:
             # A tuple key in a plain mapping: route it through the nested path.
@@ -83,7 +93,8 @@ def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking:
                 continue
             subtree = None if subtree is True else subtree
         existing = storage.get(key, _MISSING)
-        if isinstance(existing, TensorCollection) and isinstance(value, (TensorCollection, Mapping)):
+        if isinstance(existing, TensorCollection) and (
+                isinstance(value, TensorCollection) or (not isinstance(value, _Tensor) and isinstance(value, Mapping))):
             # Sub-collections merge rather than replace.
             _update_from(_as_td(existing), value, clone, inplace, non_blocking, subtree, ignore_lock)
             continue

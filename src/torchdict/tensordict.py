@@ -41,6 +41,7 @@ __all__ = ["TensorDict"]
 
 _Tensor = torch.Tensor
 _NON_TENSOR = (NonTensorData, NonTensorStack)
+_NOT_TENSOR_LIKE = (TensorCollection, NonTensorData, NonTensorStack)
 _MISSING: Any = object()
 
 
@@ -399,24 +400,37 @@ class TensorDict(
 
     # ------------------------------------------------------------------ reading
     def __getitem__(self, index: Any) -> Any:
-        if type(index) is str:
-            try:
-                value = self._tensordict[index]
-            except KeyError:
-                raise missing_key_error(index, self._tensordict) from None
-            if type(value) in _NON_TENSOR:
-                return value.data
+        try:
+            # Hot path: a str key. Other indices miss (KeyError) or are unhashable (TypeError).
+            value = self._tensordict[index]
+        except (KeyError, TypeError):
+            return self._getitem_slow(index)
+        if isinstance(value, _Tensor):
             return value
-        if type(index) is tuple and index and _is_key_tuple(index):
-            value = self._get_path(key_to_tuple(index))
-            if type(value) in _NON_TENSOR:
-                return value.data
-            return value
-        if index == ():
-            return self
+        return value.data if type(value) in _NON_TENSOR else value
+
+    def _getitem_slow(self, index: Any) -> Any:
+        if isinstance(index, str):
+            raise missing_key_error(index, self._tensordict)
+        if type(index) is tuple:
+            # Fast path: a flat tuple of str walking through plain TensorDicts.
+            value = self
+            for key in index:
+                if type(key) is not str or type(value) is not TensorDict:
+                    break
+                value = value._tensordict.get(key, _MISSING)
+                if value is _MISSING:
+                    break
+            else:
+                if not index:
+                    return self
+                return value.data if type(value) in _NON_TENSOR else value
+            if _is_key_tuple(index):
+                value = self._get_path(key_to_tuple(index))
+                return value.data if type(value) in _NON_TENSOR else value
         return self._index(index)
 
-    def get(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+    def get(self, key: Any, default: Any = None) -> Any:
         """The entry at ``key``; ``None`` (or the given default) when missing.
 
         Non-tensor entries are returned as their ``NonTensorData`` wrapper.
@@ -424,9 +438,6 @@ class TensorDict(
         >>> TensorDict(a=1).get("b", "default")
         'default'
         """
-        if len(args) + len(kwargs) > 1:
-            raise TypeError("get() takes a key and at most one default.")
-        default = args[0] if args else kwargs.get("default", None)
         if type(key) is str:
             return self._tensordict.get(key, default)
         return self._get_path(key_to_tuple(key), default)
@@ -528,9 +539,23 @@ class TensorDict(
             else:
                 self._set_path((index,), value)
             return
-        if type(index) is tuple and index and _is_key_tuple(index):
-            self._set_path(key_to_tuple(index), value)
-            return
+        if type(index) is tuple and index:
+            # Fast path: a flat tuple of str through existing plain TensorDicts, a tensor value.
+            td = self
+            for key in index[:-1]:
+                if type(key) is not str or type(td) is not TensorDict:
+                    break
+                td = td._tensordict.get(key)
+            else:
+                last = index[-1]
+                if (type(td) is TensorDict and type(last) is str and not td._is_locked
+                        and isinstance(value, _Tensor) and value.shape[: len(td._batch_size)] == td._batch_size
+                        and (td._device is None or value.device == td._device)):
+                    td._tensordict[last] = value
+                    return
+            if _is_key_tuple(index):
+                self._set_path(key_to_tuple(index), value)
+                return
         self._set_at_index(index, value)
 
     def set(self, key: Any, item: Any, inplace: bool = False, *, non_blocking: bool = False,
@@ -580,9 +605,11 @@ class TensorDict(
 
     def _set_inplace(self, key: str, existing: Any, value: Any, full_key: Any, non_blocking: bool) -> None:
         if isinstance(existing, _Tensor):
-            if isinstance(value, (TensorCollection,) + _NON_TENSOR) or isinstance(value, Mapping):
+            if isinstance(value, _Tensor):
+                pass
+            elif isinstance(value, _NOT_TENSOR_LIKE) or isinstance(value, Mapping):
                 raise inplace_error(full_key, self)
-            if not isinstance(value, _Tensor):
+            else:
                 value = to_leaf(value, full_key, torch.Size(()), None)
                 if not isinstance(value, _Tensor):
                     raise inplace_error(full_key, self)
@@ -604,6 +631,16 @@ class TensorDict(
 
     def set_(self, key: Any, item: Any, *, non_blocking: bool = False) -> "TensorDict":
         """Copy ``item`` into the existing entry at ``key`` (allowed when locked); returns self."""
+        if type(key) is str:
+            existing = self._tensordict.get(key, _MISSING)
+            if existing is _MISSING:
+                raise missing_key_error(key, self._tensordict)
+            if isinstance(item, _Tensor) and isinstance(existing, _Tensor) and (
+                    item.shape[: len(self._batch_size)] == self._batch_size):
+                existing.copy_(item, non_blocking=non_blocking)
+                return self
+            self._set_inplace(key, existing, item, key, non_blocking)
+            return self
         keys = key_to_tuple(key)
         td = self._parent_of(keys, create=False) if len(keys) > 1 else self
         existing = td._tensordict.get(keys[-1], _MISSING)
