@@ -155,7 +155,7 @@ class Target:
             "ratio_floor": result.ratio(TORCHDICT, FLOOR),
             "ratio_upstream": result.ratio(TORCHDICT, UPSTREAM),
             "speedup": result.ratio(UPSTREAM, TORCHDICT),
-            "time_ns": result.median(TORCHDICT),
+            "time_ns": result.time(TORCHDICT),
         }[self.quantity]
         return None if value is None else _COMPARE[self.op](value, self.bound)
 
@@ -169,6 +169,7 @@ class Config:
 
     samples: int = 15
     min_sample_ns: int = 2_000_000
+    statistic: str = "median"  # or "min": the least disturbed sample, steadier on a busy machine
     max_loops: int = 1_000_000
     max_fresh_loops: int = 2_000  # fresh states held in memory at once
 
@@ -185,9 +186,11 @@ class Timing:
     loops: int = 0
     error: str | None = None  # "not installed" or "TypeName: message"
 
-    @property
-    def median(self) -> float | None:
-        return statistics.median(self.samples_ns) if self.samples_ns and not self.error else None
+    def summary(self, statistic: str = "median") -> float | None:
+        """The per-call time in ns by ``statistic`` ("median" or "min"); None on error."""
+        if not self.samples_ns or self.error:
+            return None
+        return min(self.samples_ns) if statistic == "min" else statistics.median(self.samples_ns)
 
 
 @dataclass
@@ -195,13 +198,15 @@ class CaseResult:
     case: Case
     timings: dict[str, Timing]
     target: Target | None
+    statistic: str = "median"
 
-    def median(self, label: str) -> float | None:
+    def time(self, label: str) -> float | None:
+        """Per-call ns of ``label`` (by the configured statistic), None if not measured."""
         timing = self.timings.get(label)
-        return None if timing is None else timing.median
+        return None if timing is None else timing.summary(self.statistic)
 
     def ratio(self, numerator: str, denominator: str) -> float | None:
-        top, bottom = self.median(numerator), self.median(denominator)
+        top, bottom = self.time(numerator), self.time(denominator)
         if top is None or bottom is None or bottom <= 0:
             return None
         return top / bottom
@@ -315,7 +320,7 @@ def run_case(case: Case, config: Config) -> CaseResult:
     except Exception as error:  # a broken setup fails the whole row, not the run
         for timing in timings.values():
             timing.error = f"setup failed: {_describe(error)}"
-        return CaseResult(case, timings, target)
+        return CaseResult(case, timings, target, config.statistic)
 
     timers: dict[str, _Timer] = {}
     for label, prepare in case.impls.items():
@@ -339,7 +344,7 @@ def run_case(case: Case, config: Config) -> CaseResult:
                 timings[label].samples_ns.append(timers[label].sample())
             except Exception as error:
                 timings[label].error = _describe(error)
-    return CaseResult(case, timings, target)
+    return CaseResult(case, timings, target, config.statistic)
 
 
 def run_cases(cases: list[Case], config: Config, progress: Callable[[str], None] | None = None) -> list[CaseResult]:
@@ -379,7 +384,7 @@ def _cell(result: CaseResult, label: str) -> str:
         return "n/a"
     if timing.error:
         return "error"
-    return format_time(timing.median)
+    return format_time(result.time(label))
 
 
 def environment() -> dict[str, str]:
@@ -401,7 +406,8 @@ def format_markdown(suite: str, results: list[CaseResult], config: Config, facts
         f"## Suite `{suite}`",
         "",
         ", ".join(f"{name} {value}" for name, value in facts.items())
-        + f"; {config.samples} samples of >= {config.min_sample_ns / 1e6:g} ms, medians per call.",
+        + f"; {config.samples} samples of >= {config.min_sample_ns / 1e6:g} ms, "
+        + f"{'medians' if config.statistic == 'median' else 'minimum'} per call.",
         "",
         "| case | torchdict | tensordict | floor | torchdict / floor | tensordict / floor "
         "| speedup vs tensordict | target | met |",
@@ -442,11 +448,15 @@ def format_markdown(suite: str, results: list[CaseResult], config: Config, facts
 
 
 def to_json(suite: str, results: list[CaseResult], config: Config, facts: dict[str, str]) -> dict:
-    """Raw numbers for later comparison (medians, all samples, loop counts)."""
+    """Raw numbers for later comparison (median, min, all samples, loop counts)."""
     return {
         "suite": suite,
         "environment": facts,
-        "config": {"samples": config.samples, "min_sample_ns": config.min_sample_ns},
+        "config": {
+            "samples": config.samples,
+            "min_sample_ns": config.min_sample_ns,
+            "statistic": config.statistic,
+        },
         "cases": [
             {
                 "name": result.case.name,
@@ -454,7 +464,8 @@ def to_json(suite: str, results: list[CaseResult], config: Config, facts: dict[s
                 "target_met": result.target_met,
                 "impls": {
                     label: {
-                        "median_ns": timing.median,
+                        "median_ns": timing.summary("median"),
+                        "min_ns": timing.summary("min"),
                         "samples_ns": timing.samples_ns,
                         "loops": timing.loops,
                         "error": timing.error,

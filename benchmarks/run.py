@@ -48,6 +48,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--filter", default=None, help="only cases whose name matches this regex")
     parser.add_argument("--samples", type=int, default=None, help="samples per implementation")
     parser.add_argument("--min-sample-ms", type=float, default=None, help="minimum duration of one sample")
+    parser.add_argument(
+        "--stat",
+        choices=("median", "min"),
+        default="median",
+        help="per-implementation statistic (min is steadier on a busy machine)",
+    )
     parser.add_argument("--list", action="store_true", help="list suites and cases, run nothing")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG chart")
     return parser.parse_args(argv)
@@ -73,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         config.samples = args.samples
     if args.min_sample_ms is not None:
         config.min_sample_ns = int(args.min_sample_ms * 1e6)
+    config.statistic = args.stat
     pattern = re.compile(args.filter) if args.filter else None
 
     if not args.list:

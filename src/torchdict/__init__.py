@@ -5,6 +5,7 @@ from ._keys import NestedKey, unravel_key, unravel_key_list
 from .memmap import MemoryMappedTensor
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
+from . import _pytree  # noqa: F401  (registers TensorDict as a torch.utils._pytree node)
 
 __all__ = [
     "TensorDict",

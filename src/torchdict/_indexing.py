@@ -1,5 +1,543 @@
-"""Filled in by issue 3 (indexing)."""
+"""Indexing along the batch dimensions: ``td[index]``, ``td[index] = value``, lazy preallocation.
+
+Reading applies the index to every leaf, exactly as torch would to a tensor of
+the batch shape, so the result has the batch size torch gives for that tensor
+and its leaves are views wherever torch returns views. An index is first
+*normalised* (lists, ranges and numpy arrays become tensors, ``...`` becomes
+the right number of full slices) so that it only ever touches the leading
+batch dims of a leaf, never its feature dims.
+
+The batch size of a result is known without touching any leaf: cheaply for an
+int, a slice or a 1-d index tensor, otherwise by indexing a *probe*, a
+zero-stride tensor of the batch shape (which also raises torch's own error,
+worded for the batch shape, before anything is done).
+
+Writing checks the whole write first and then carries it out, so a failed
+write leaves the TensorDict unchanged. A key present in the value but not in
+the target is allocated on first write (lazy preallocation): zeros of the
+full batch shape with the value's dtype, or the non-tensor value broadcast
+over the batch.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+
+from ._apply import rewrap, unwrap
+from ._base import TensorCollection
+from ._errors import inplace_error, locked_error
+from .nontensor import NonTensorData, NonTensorStack
+
+_Tensor = torch.Tensor
+_Size = torch.Size
+_MISSING: Any = object()
+_NON_TENSOR = (NonTensorData, NonTensorStack)
+_ROW_DTYPES = (torch.int64, torch.int32)  # the index dtypes index_select takes
+
+PAST_BATCH_WARNING = (
+    "An index runs past the batch dims, and is used on the dims of the leaves instead. Starting with "
+    "TensorDict 0.17, the default will change to raising an IndexError, as torch does for a tensor of the "
+    "batch size. To index the leaves, write td.apply(lambda x: x[:, idx]), which keeps the batch size."
+)
+
+
+def warn_user(message: str, category: type = FutureWarning) -> None:
+    """Warn, pointing at the first caller outside torchdict (however deep the call chain)."""
+    import os
+    import sys
+
+    package_dir = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(0)  # stacklevel 1 is this function
+    level = 1
+    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == package_dir:
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+# --------------------------------------------------------------------------- the probe
+
+_PROBES: dict = {}
+
+
+def batch_probe(batch_size: torch.Size) -> torch.Tensor:
+    """A zero-stride uint8 tensor of shape ``batch_size`` (no memory, cached).
+
+    Indexing or reshaping it gives the batch size of the same op on a
+    TensorDict, and raises torch's error for a bad op, worded for the batch.
+    It must never be written to.
+    """
+    probe = _PROBES.get(batch_size)
+    if probe is None:
+        if len(_PROBES) > 512:
+            _PROBES.clear()
+        probe = _PROBES[batch_size] = torch.zeros((), dtype=torch.uint8).expand(batch_size)
+    return probe
+
+
+# --------------------------------------------------------------------------- normalising an index
+
+
+def _zero_dim_error(index: Any) -> RuntimeError:
+    return RuntimeError(f"indexing a tensordict with td.batch_dims==0 is not permitted. Got index {index}.")
+
+
+def _out_of_bounds(index: int, size: int, dim: int = 0) -> IndexError:
+    return IndexError(f"index {index} is out of bounds for dimension {dim} with size {size}")
+
+
+def _convert_item(item: Any) -> Any:
+    """Turn index items torch would treat as sequences into tensors (done once, not per leaf)."""
+    if isinstance(item, (list, range)):
+        try:
+            return torch.as_tensor(item if type(item) is list else list(item))
+        except (TypeError, ValueError, RuntimeError):
+            return item  # e.g. a list holding slices: torch reads it as a tuple
+    if type(item).__module__ == "numpy":
+        import numpy
+
+        if isinstance(item, numpy.ndarray):
+            return torch.as_tensor(item)
+        if isinstance(item, numpy.bool_):
+            return bool(item)
+        if isinstance(item, numpy.integer):
+            return int(item)
+    return item
+
+
+def _dims_used(item: Any) -> int:
+    """How many dims of the indexed tensor ``item`` consumes."""
+    if item is None or item is Ellipsis or type(item) is bool:
+        return 0
+    if isinstance(item, _Tensor) and item.dtype is torch.bool:
+        return item.dim()
+    return 1
+
+
+def normalize_index(index: Any, batch_size: torch.Size) -> tuple:
+    """``(items, past)``: the index as a tuple acting only on the batch dims.
+
+    ``...`` is replaced by full slices. ``past`` is True when the index uses
+    more dims than the batch has (then ``items`` is returned unchanged).
+    """
+    raw = index if type(index) is tuple else (index,)
+    items = []
+    used = 0
+    ellipsis_at = None
+    for item in raw:
+        item = _convert_item(item)
+        if item is Ellipsis:
+            if ellipsis_at is not None:
+                raise IndexError("an index can only have a single ellipsis ('...')")
+            ellipsis_at = len(items)
+        used += _dims_used(item)
+        items.append(item)
+    n_batch = len(batch_size)
+    if used and not n_batch:
+        raise _zero_dim_error(index)
+    if ellipsis_at is not None:
+        if used > n_batch:
+            raise RuntimeError("Not enough dimensions in TensorDict for index provided.")
+        items[ellipsis_at:ellipsis_at + 1] = [slice(None)] * (n_batch - used)
+    return tuple(items), used > n_batch
+
+
+def _batch_part(items: tuple, n_batch: int) -> tuple:
+    """The leading items of an index that consume the batch dims."""
+    used = 0
+    for position, item in enumerate(items):
+        if used >= n_batch and _dims_used(item):
+            return items[:position]
+        used += _dims_used(item)
+    return items
+
+
+def indexed_batch_size(index: Any, batch_size: torch.Size) -> tuple:
+    """``(items, new_batch_size)`` for a normalised index that stays within the batch dims.
+
+    Raises torch's IndexError (worded for the batch shape) for a bad index, and
+    IndexError when the index runs past the batch dims.
+    """
+    items, past = normalize_index(index, batch_size)
+    if past:
+        raise IndexError(f"too many indices for a tensordict with batch size {batch_size}: got {index!r}")
+    return items, batch_probe(batch_size)[items].shape
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def _index_storage(storage: dict, index: Any, n_batch: int, new_batch: torch.Size) -> dict:
+    """``leaf[index]`` for every leaf of a TensorDict with ``n_batch`` batch dims.
+
+    ``index`` acts on the batch dims only; nested collections keep their
+    extra batch dims after ``new_batch``.
+    """
+    result = {}
+    for key, leaf in storage.items():
+        if isinstance(leaf, _Tensor):
+            result[key] = leaf[index]
+        elif isinstance(leaf, TensorCollection):
+            inner = unwrap(leaf)
+            inner_batch = new_batch + inner._batch_size[n_batch:]
+            result[key] = rewrap(leaf, inner._new_unsafe(
+                _index_storage(inner._tensordict, index, n_batch, inner_batch), inner_batch, inner._device))
+        elif type(leaf) is NonTensorData:
+            result[key] = leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
+        else:
+            result[key] = leaf._batch_op(lambda grid: grid[index])
+    return result
+
+
+def _take_storage(storage: dict, rows: torch.Tensor, n_batch: int, new_batch: torch.Size, seen: list) -> dict:
+    """``leaf.index_select(0, rows)`` for every leaf (``rows`` holds non-negative positions)."""
+    result = {}
+    for key, leaf in storage.items():
+        if isinstance(leaf, _Tensor):
+            result[key] = leaf.index_select(0, rows)
+            seen[0] = True
+        elif isinstance(leaf, TensorCollection):
+            inner = unwrap(leaf)
+            inner_batch = new_batch + inner._batch_size[n_batch:]
+            result[key] = rewrap(leaf, inner._new_unsafe(
+                _take_storage(inner._tensordict, rows, n_batch, inner_batch, seen), inner_batch, inner._device))
+        elif type(leaf) is NonTensorData:
+            result[key] = leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
+        else:
+            result[key] = leaf._batch_op(lambda grid: grid.index_select(0, rows))
+    return result
+
+
+def _take_rows(td: Any, rows: torch.Tensor) -> Optional[Any]:
+    """Index dim 0 with a 1-d integer tensor through ``index_select`` (faster than advanced indexing).
+
+    Returns None when ``index_select`` refuses (negative or out-of-range
+    positions, another device): the general path then gives torch's answer.
+    """
+    batch = td._batch_size
+    new_batch = rows.shape + batch[1:]
+    seen = [False]
+    try:
+        storage = _take_storage(td._tensordict, rows, len(batch), new_batch, seen)
+    except (IndexError, RuntimeError):
+        return None
+    if not seen[0]:
+        # No tensor leaf checked the positions: let the probe do it.
+        batch_probe(batch)[rows]
+    return td._new_unsafe(storage, new_batch, td._device, td._names)
+
+
+def index_tensordict(td: Any, index: Any) -> Any:
+    """``td[index]`` for any non-key index (see the module docstring)."""
+    batch = td._batch_size
+    index_type = type(index)
+    if index_type is int:
+        if not batch:
+            raise _zero_dim_error(index)
+        size = batch[0]
+        if not -size <= index < size:
+            raise _out_of_bounds(index, size)
+        new_batch = batch[1:]
+        names = td._names
+        return td._new_unsafe(_index_storage(td._tensordict, index, len(batch), new_batch), new_batch, td._device,
+                              names[1:] if names is not None and any(names[1:]) else None)
+    if index_type is slice:
+        if not batch:
+            raise _zero_dim_error(index)
+        start, stop, step = index.indices(batch[0])
+        if step <= 0:
+            raise ValueError("step must be greater than zero")
+        new_batch = _Size((len(range(start, stop, step)),)) + batch[1:]
+        return td._new_unsafe(_index_storage(td._tensordict, index, len(batch), new_batch), new_batch, td._device,
+                              td._names)
+    if isinstance(index, _Tensor) and index.dim() == 1 and batch:
+        rows = None
+        if index.dtype in _ROW_DTYPES:
+            rows = index
+        elif index.dtype is torch.bool and index.shape[0] == batch[0]:
+            rows = index.nonzero().squeeze(1)
+        if rows is not None:
+            result = _take_rows(td, rows)
+            if result is not None:
+                return result
+    return _index_general(td, index)
+
+
+def _index_general(td: Any, index: Any) -> Any:
+    batch = td._batch_size
+    items, past = normalize_index(index, batch)
+    n_batch = len(batch)
+    if past:
+        warn_user(PAST_BATCH_WARNING)
+        batch_items = _batch_part(items, n_batch)
+        new_batch = batch_probe(batch)[batch_items].shape
+        return td._new_unsafe(_index_past_storage(td._tensordict, items, batch_items, n_batch, new_batch),
+                              new_batch, td._device)
+    probe_result = batch_probe(batch)[items]  # validates the index, gives the batch size
+    new_batch = probe_result.shape
+    return td._new_unsafe(_index_storage(td._tensordict, items, n_batch, new_batch), new_batch, td._device,
+                          _indexed_names(td._names, items))
+
+
+def _indexed_names(names: Optional[list], items: tuple) -> Optional[list]:
+    """Dim names after a basic index (ints drop a dim, None/bool add one); None after advanced indexing."""
+    if names is None:
+        return None
+    result = []
+    position = 0
+    for item in items:
+        if type(item) is slice:
+            result.append(names[position])
+            position += 1
+        elif type(item) is int:
+            position += 1
+        elif item is None or type(item) is bool:
+            result.append(None)
+        else:
+            return None
+    result.extend(names[position:])
+    return result if any(name is not None for name in result) else None
+
+
+def _index_past_storage(storage: dict, items: tuple, batch_items: tuple, n_batch: int,
+                        new_batch: torch.Size) -> dict:
+    """An index longer than the batch: the leaves get all of it, non-tensors only the batch part."""
+    result = {}
+    for key, leaf in storage.items():
+        if isinstance(leaf, _Tensor):
+            result[key] = leaf[items]
+        elif isinstance(leaf, TensorCollection):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                result[key] = leaf[items]
+        elif type(leaf) is NonTensorData:
+            result[key] = leaf._with_batch_size(new_batch)
+        else:
+            result[key] = leaf._batch_op(lambda grid: grid[batch_items])
+    return result
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _destination_batch_error(dest_batch: torch.Size, batch: torch.Size, index: Any,
+                             source_batch: torch.Size) -> RuntimeError:
+    return RuntimeError(
+        f"indexed destination TensorDict batch size is {dest_batch} (batch_size = {batch}, index={index}), "
+        f"which differs from the source batch size {source_batch}"
+    )
+
+
+def _same_value(first: Any, second: Any) -> bool:
+    if first is second:
+        return True
+    if type(first) is not type(second):
+        return False
+    try:
+        equal = first == second
+    except Exception:
+        return False
+    return equal if type(equal) is bool else False
+
+
+class _WritePlan:
+    """The writes of one ``td[index] = value``, checked before any of them is made."""
+
+    __slots__ = ("index", "top_batch", "dest_batch", "n_dest", "copies", "others")
+
+    def __init__(self, index: Any, top_batch: torch.Size, dest_batch: torch.Size) -> None:
+        self.index = index
+        self.top_batch = top_batch  # the batch of the TensorDict written into
+        self.dest_batch = dest_batch  # the batch of its indexed part
+        self.n_dest = len(dest_batch)
+        self.copies: list = []  # (existing tensor, value tensor): existing[index] = value
+        self.others: list = []  # (callable, args): allocations, new entries, non-tensor writes
+
+    def run(self) -> None:
+        index = self.index
+        for action, args in self.others:
+            action(*args)
+        for existing, value in self.copies:
+            existing[index] = value
+
+
+def _check_broadcast(value: torch.Tensor, target_shape: torch.Size) -> None:
+    """Raise torch's error when ``value`` can't be written into a slot of ``target_shape``."""
+    shape = value.shape
+    while len(shape) > len(target_shape) and shape[0] == 1:
+        shape = shape[1:]
+    try:
+        if torch.broadcast_shapes(shape, target_shape) == target_shape:
+            return
+    except RuntimeError:
+        pass
+    value.reshape(shape).expand(target_shape)  # raises torch's "expanded size" error
+    raise RuntimeError(f"a value of shape {value.shape} cannot be written into a slot of shape {target_shape}")
+
+
+def _allocate(target: Any, key: str, value: torch.Tensor, top_batch: torch.Size, n_dest: int,
+              index: Any) -> None:
+    device = target._device if target._device is not None else value.device
+    leaf = torch.zeros(top_batch + value.shape[n_dest:], dtype=value.dtype, device=device)
+    leaf[index] = value
+    target._tensordict[key] = leaf
+
+
+def _put(storage: dict, key: str, value: Any) -> None:
+    storage[key] = value
+
+
+def _write_non_tensor(target: Any, key: str, existing: Any, value: Any, index: Any) -> None:
+    if type(existing) is NonTensorData:
+        existing = NonTensorStack(existing._flat_values(), existing.batch_size, existing.device)
+        target._tensordict[key] = existing
+    existing._set_at(index, value)
+
+
+def _plan_collection(plan: _WritePlan, target: Any, source: Any, prefix: tuple) -> None:
+    """Plan writing every entry of ``source`` (a TensorDict) into ``target`` at ``plan.index``."""
+    storage = target._tensordict
+    n_top = len(plan.top_batch)
+    n_dest = plan.n_dest
+    for key, value in source._tensordict.items():
+        existing = storage.get(key, _MISSING)
+        if isinstance(value, _Tensor):
+            if isinstance(existing, _Tensor):
+                feature = existing.shape[n_top:]
+                if value.shape[n_dest:] != feature:
+                    _check_broadcast(value, value.shape[:n_dest] + feature)
+                plan.copies.append((existing, value))
+                continue
+            if existing is _MISSING:
+                if target._is_locked:
+                    raise locked_error()
+                plan.others.append((_allocate, (target, key, value, plan.top_batch, n_dest, plan.index)))
+                continue
+        elif isinstance(value, TensorCollection):
+            value_td = unwrap(value)
+            if isinstance(existing, TensorCollection):
+                _plan_collection(plan, unwrap(existing), value_td, prefix + (key,))
+                continue
+            if existing is _MISSING:
+                if target._is_locked:
+                    raise locked_error()
+                new_batch = plan.top_batch + value_td._batch_size[n_dest:]
+                created = target._new_unsafe({}, new_batch, target._device)
+                plan.others.append((_put, (storage, key, rewrap(value, created))))
+                _plan_collection(plan, created, value_td, prefix + (key,))
+                continue
+        elif type(value) in _NON_TENSOR:
+            if existing is _MISSING:
+                if target._is_locked:
+                    raise locked_error()
+                full_batch = plan.top_batch + value.batch_size[n_dest:]
+                first = value._flat_values()[0] if value.batch_size.numel() else None
+                fresh = NonTensorData(first, full_batch, target._device)
+                plan.others.append((_put, (storage, key, fresh)))
+                if type(value) is NonTensorStack:
+                    plan.others.append((_write_non_tensor, (target, key, fresh, value, plan.index)))
+                continue
+            if type(existing) in _NON_TENSOR:
+                if type(existing) is NonTensorData and type(value) is NonTensorData and _same_value(
+                        existing.data, value.data):
+                    continue
+                plan.others.append((_write_non_tensor, (target, key, existing, value, plan.index)))
+                continue
+        raise inplace_error(prefix + (key,) if prefix else key, target)
+
+
+def _plan_broadcast(plan: _WritePlan, target: Any, value: Any) -> None:
+    """Plan ``leaf[index] = value`` for every tensor leaf (non-tensor entries are left alone)."""
+    n_top = len(plan.top_batch)
+    for leaf in target._tensordict.values():
+        if isinstance(leaf, _Tensor):
+            if isinstance(value, _Tensor):
+                target_shape = plan.dest_batch + leaf.shape[n_top:]
+                if value.shape != target_shape:
+                    _check_broadcast(value, target_shape)
+            plan.copies.append((leaf, value))
+        elif isinstance(leaf, TensorCollection):
+            _plan_broadcast(plan, unwrap(leaf), value)
+
+
+def set_at_index(td: Any, index: Any, value: Any) -> None:
+    """``td[index] = value`` (see the module docstring)."""
+    batch = td._batch_size
+    if type(index) is int and batch:
+        size = batch[0]
+        if not -size <= index < size:
+            raise _out_of_bounds(index, size)
+        items, dest_batch = index, batch[1:]
+    else:
+        if not batch and any(_dims_used(item) for item in (index if type(index) is tuple else (index,))):
+            raise IndexError("too many indices for tensor of dimension 0")
+        items, dest_batch = indexed_batch_size(index, batch)
+    if isinstance(value, TensorCollection):
+        source = unwrap(value)
+        if source._batch_size != dest_batch:
+            raise _destination_batch_error(dest_batch, batch, index, source._batch_size)
+    elif isinstance(value, Mapping):
+        from .tensordict import TensorDict
+
+        source = TensorDict(value, batch_size=dest_batch, device=td._device)
+    else:
+        _broadcast_into(td, items, dest_batch, value)
+        return
+    plan = _WritePlan(items, batch, dest_batch)
+    _plan_collection(plan, td, source, ())
+    plan.run()
+
+
+def _broadcast_into(td: Any, items: Any, dest_batch: torch.Size, value: Any) -> None:
+    if not isinstance(value, _Tensor):
+        if isinstance(value, (bool, int, float, complex)):
+            pass
+        elif type(value).__module__ == "numpy":
+            value = torch.as_tensor(value)
+        else:
+            raise TypeError(
+                f"td[index] = value needs a TensorDict, a mapping, a tensor or a number; got "
+                f"{type(value).__name__}. To write non-tensor data at an index, write "
+                "td[index] = {key: value}."
+            )
+    plan = _WritePlan(items, td._batch_size, dest_batch)
+    _plan_broadcast(plan, td, value)
+    plan.run()
+
+
+# --------------------------------------------------------------------------- the mixin
 
 
 class IndexingMixin:
     __slots__ = ()
+
+    def _index(self, index: Any) -> Any:
+        """``td[index]`` for a batch index (the core's ``__getitem__`` handles keys).
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4])
+        >>> td[..., :2].batch_size, td[0]["a"].shape
+        (torch.Size([3, 2]), torch.Size([4, 5]))
+        """
+        return index_tensordict(self, index)
+
+    def _set_at_index(self, index: Any, value: Any) -> None:
+        """``td[index] = value``: a TensorDict/mapping key by key, a tensor/number into every leaf.
+
+        Keys of the value that the target lacks are allocated on first write.
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> data = TensorDict({}, batch_size=[4])
+        >>> data[1] = {"x": torch.ones(2)}
+        >>> data["x"]
+        tensor([[0., 0.],
+                [1., 1.],
+                [0., 0.],
+                [0., 0.]])
+        """
+        set_at_index(self, index, value)

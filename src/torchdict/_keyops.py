@@ -75,7 +75,8 @@ def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking:
             if (existing is _MISSING and not locked) or (
                 isinstance(existing, _Tensor) and not inplace and (not locked or ignore_lock)
             ):
-                if value.shape[:n_batch] == batch_size and (device is None or value.device == device):
+                if (not n_batch or value.shape[:n_batch] == batch_size) and (
+                        device is None or value.device == device):
                     storage[raw_key] = value
                     continue
         keys = key_to_tuple(raw_key)

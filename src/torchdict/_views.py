@@ -4,19 +4,18 @@ from __future__ import annotations
 from collections.abc import Set
 from typing import Any, Callable, Iterator, Optional, Tuple
 
+import torch
+
 from ._base import TensorCollection
 from .nontensor import NonTensorData, NonTensorStack
 
 _NON_TENSOR = (NonTensorData, NonTensorStack)
+_Tensor = torch.Tensor
 
 
 def default_is_leaf(cls: type) -> bool:
     """Tensors are leaves; collections and non-tensor data are not (for ``leaves_only``)."""
     return not issubclass(cls, TensorCollection) and cls not in _NON_TENSOR
-
-
-def _not_collection(cls: type) -> bool:
-    return not issubclass(cls, TensorCollection)
 
 
 def _storage(value: Any) -> dict:
@@ -29,7 +28,8 @@ def iter_items(storage: dict, include_nested: bool, leaves_only: bool,
                is_leaf: Optional[Callable[[type], bool]], prefix: Tuple[str, ...] = ()) -> Iterator[tuple]:
     """Yield ``(key, value)`` in insertion order, post-order for nested entries."""
     if is_leaf is None:
-        is_leaf = default_is_leaf if leaves_only else _not_collection
+        yield from _iter_items_default(storage, include_nested, leaves_only, prefix)
+        return
     for key, value in storage.items():
         full_key = prefix + (key,) if prefix else key
         cls = type(value)
@@ -39,6 +39,22 @@ def iter_items(storage: dict, include_nested: bool, leaves_only: bool,
             yield from iter_items(_storage(value), True, leaves_only, is_leaf, nested_prefix)
         if not leaves_only or leaf:
             yield full_key, value
+
+
+def _iter_items_default(storage: dict, include_nested: bool, leaves_only: bool,
+                        prefix: Tuple[str, ...]) -> Iterator[tuple]:
+    # The common case (default is_leaf), with isinstance checks instead of a per-item call.
+    for key, value in storage.items():
+        if isinstance(value, _Tensor):
+            yield (prefix + (key,) if prefix else key), value
+        elif isinstance(value, TensorCollection):
+            nested_prefix = prefix + (key,)
+            if include_nested:
+                yield from _iter_items_default(_storage(value), True, leaves_only, nested_prefix)
+            if not leaves_only:
+                yield (nested_prefix if prefix else key), value
+        elif not leaves_only:
+            yield (prefix + (key,) if prefix else key), value
 
 
 def _sort_key(key: Any) -> tuple:
@@ -138,6 +154,8 @@ class ValuesView(_View):
     __slots__ = ()
 
     def __iter__(self) -> Iterator[Any]:
+        if not self.include_nested and not self.leaves_only and not self.sort:
+            return iter(self._td._tensordict.values())
         return (value for _, value in self._items())
 
 
@@ -147,4 +165,6 @@ class ItemsView(_View):
     __slots__ = ()
 
     def __iter__(self) -> Iterator[tuple]:
+        if not self.include_nested and not self.leaves_only and not self.sort:
+            return iter(self._td._tensordict.items())
         return self._items()

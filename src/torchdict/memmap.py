@@ -245,6 +245,7 @@ class MemoryMappedTensor(torch.Tensor):
             >>> MemoryMappedTensor.ones(2).tolist()
             [1.0, 1.0]
         """
+        dtype = torch.get_default_dtype() if dtype is None else dtype
         return cls.full(_as_shape(shape), fill_value=1, dtype=dtype, filename=filename, existsok=existsok)
 
     @classmethod

@@ -90,7 +90,7 @@ def key_to_filename(key: str, directory: bool = False) -> str:
     (``.memmap``, ``.pickle``, ``.json``) get their last dot escaped.
 
     >>> key_to_filename("key 1"), key_to_filename("../x"), key_to_filename("meta.json", directory=True)
-    ('key%201', '%2E%2E%2Fx', 'meta%2Ejson')
+    ('key%201', '..%2Fx', 'meta%2Ejson')
     """
     cache_key = (key, directory)
     name = _filename_cache.get(cache_key)
@@ -856,8 +856,9 @@ class PersistenceMixin:
 
         >>> import tempfile, torch
         >>> from torchdict import TensorDict
-        >>> data = TensorDict({"images": torch.zeros(8, 8, 3, dtype=torch.uint8)}, batch_size=[])
-        >>> data = data.expand(1000).memmap_like(tempfile.mkdtemp())
+        >>> image = torch.zeros(8, 8, 3, dtype=torch.uint8)
+        >>> data = TensorDict({"images": image.expand(1000, 8, 8, 3)}, batch_size=[1000])
+        >>> data = data.memmap_like(tempfile.mkdtemp())
         >>> data.shape, data["images"].shape
         (torch.Size([1000]), torch.Size([1000, 8, 8, 3]))
         """

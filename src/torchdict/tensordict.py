@@ -127,7 +127,7 @@ class TensorDict(
         for key, value in source.items():
             if type(key) is str and isinstance(value, _Tensor):
                 # Fast path for the common case: a str key and a tensor value.
-                if value.shape[:n_batch] != batch_size:
+                if n_batch and value.shape[:n_batch] != batch_size:
                     value = check_tensor(value, key, batch_size, device)
                 elif device is not None and value.device != device:
                     value = value.to(device, non_blocking=non_blocking)
@@ -531,7 +531,7 @@ class TensorDict(
                 raise locked_error()
             if isinstance(value, _Tensor):
                 batch_size = self._batch_size
-                if value.shape[: len(batch_size)] != batch_size:
+                if batch_size and value.shape[: len(batch_size)] != batch_size:
                     value = check_tensor(value, index, batch_size, self._device)
                 elif self._device is not None and value.device != self._device:
                     value = value.to(self._device)
@@ -549,7 +549,8 @@ class TensorDict(
             else:
                 last = index[-1]
                 if (type(td) is TensorDict and type(last) is str and not td._is_locked
-                        and isinstance(value, _Tensor) and value.shape[: len(td._batch_size)] == td._batch_size
+                        and isinstance(value, _Tensor)
+                        and (not td._batch_size or value.shape[: len(td._batch_size)] == td._batch_size)
                         and (td._device is None or value.device == td._device)):
                     td._tensordict[last] = value
                     return

@@ -1,0 +1,292 @@
+"""A tour of torchdict: the examples of the getting-started guide, run on torchdict.
+
+Each section prints what it shows. Run with ``bash scripts/tour.sh`` (or ``python examples/tour.py``).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import torch
+from torch import nn
+
+from torchdict import MemoryMappedTensor, TensorDict, tensorclass
+
+
+def section(title: str) -> None:
+    print(f"\n=== {title} ===")
+
+
+def basic_usage() -> None:
+    section("Basic usage")
+    td = TensorDict(a=0, b=1)
+    print(td)
+    td = TensorDict({"a": 0, "b": 1})
+    td = TensorDict(a=0, non_tensor="a string!")
+    assert td["non_tensor"] == "a string!"
+    td = TensorDict()
+    td["a"] = 0
+    print(td)
+    td = TensorDict(lock=True)
+    try:
+        td["a"] = 0
+    except RuntimeError as error:
+        print(f"RuntimeError: {error}")
+
+
+def metadata() -> None:
+    section("Metadata")
+    data = TensorDict({
+        "key 1": torch.ones(3, 4, 5),
+        "key 2": torch.zeros(3, 4, 5, dtype=torch.bool),
+    }, batch_size=[3, 4])
+    print("batch_size:", data.batch_size)
+    # The guide uses "cuda:0"; without a GPU the meta device shows the same casting.
+    device = "cuda:0" if torch.cuda.is_available() else "meta"
+    data = TensorDict({
+        "key 1": torch.ones(3, 4, 5),
+        "key 2": torch.zeros(3, 4, 5, dtype=torch.bool),
+    }, batch_size=[3, 4], device=device)
+    data["key 3"] = torch.randn(3, 4, device="cpu")
+    assert data["key 3"].device == torch.device(device)
+    print("key 3 was cast to", data["key 3"].device)
+    data.clear_device_()
+    print("after clear_device_():", data.device)
+
+
+def specialised_dictionary() -> None:
+    section("TensorDict as a specialised dictionary")
+    td = TensorDict(a=0, b=1).exclude("b")
+    print(td)
+    td = TensorDict(a=0, b=0, c=0)
+    td_ab, td_c = td.split_keys(["a", "b"])
+    print(td_ab)
+    data = TensorDict({"key 1": torch.ones(3, 4, 5), "key 2": torch.zeros(3, 4, 5, dtype=torch.bool)},
+                      batch_size=[3, 4])
+    data["nested", "key"] = torch.zeros(3, 4)
+    data["nested", ("supernested", ("key",))] = torch.zeros(3, 4)
+    assert (data["nested", "supernested", "key"] == 0).all()
+    assert (("nested",), "supernested", (("key",),)) in data.keys(include_nested=True)
+    print("nested keys:", list(data.keys(include_nested=True, leaves_only=True)))
+    data = TensorDict({"a-tensor": torch.randn(1, 2)}, batch_size=[1, 2])
+    data["non-tensor"] = "a string!"
+    assert data["non-tensor"] == "a string!"
+
+
+def nesting() -> None:
+    section("Nesting TensorDicts")
+    data = TensorDict({
+        "key 1": torch.ones(3, 4, 5),
+        "key 2": TensorDict({"sub-key": torch.randn(3, 4, 5, 6)}, batch_size=[3, 4, 5]),
+    }, batch_size=[3, 4])
+    tensordict_flatten = data.flatten_keys(separator=".")
+    print("flat keys:", list(tensordict_flatten.keys()))
+    sub_value = data["key 2", "sub-key"]
+    print("data['key 2', 'sub-key'].shape:", sub_value.shape)
+
+
+def tensor_like() -> None:
+    section("Tensor-like features")
+    td = TensorDict.fromkeys(["a", "b", "c"], 0)
+    td += 1
+    assert (td == 1).all()
+    data = TensorDict({"key 1": torch.ones(3, 4, 5), "key 2": torch.zeros(3, 4, 5, dtype=torch.bool)},
+                      batch_size=[3, 4])
+    sub_tensordict = data[..., :2]
+    assert sub_tensordict.shape == torch.Size([3, 2])
+    assert sub_tensordict["key 1"].shape == torch.Size([3, 2, 5])
+    tensordicts = [TensorDict({"key 1": torch.ones(3, 4, 5), "key 2": torch.zeros(3, 4, 5, dtype=torch.bool)},
+                              batch_size=[3, 4]) for _ in range(2)]
+    stack_tensordict = torch.stack(tensordicts, 1)
+    assert stack_tensordict.shape == torch.Size([3, 2, 4])
+    assert stack_tensordict["key 1"].shape == torch.Size([3, 2, 4, 5])
+    cat_tensordict = torch.cat(tensordicts, 0)
+    assert cat_tensordict.shape == torch.Size([6, 4])
+    assert cat_tensordict["key 1"].shape == torch.Size([6, 4, 5])
+    print("stack:", stack_tensordict.shape, "cat:", cat_tensordict.shape)
+    # The guide prints the shapes of these results.
+    print(data.view(-1).shape)
+    print(data.reshape(-1).shape)
+    print(data.unsqueeze(-1).shape)
+    tensordict_uniform = data.apply(lambda tensor: tensor.float().uniform_())
+    print("uniform mean in [0, 1]:", bool(0 <= tensordict_uniform["key 1"].mean() <= 1))
+    data = TensorDict({"a": torch.tensor(1.0, dtype=torch.float), "b": torch.tensor(1, dtype=torch.int64)}, [])
+    data_float = data.apply(lambda x: x if x.dtype == torch.float else None)
+    assert "b" not in data_float
+    print("apply as a filter kept:", list(data_float.keys()))
+
+
+def context_managers() -> None:
+    section("TensorDicts as context managers")
+    td = TensorDict({"a": {"b": 0}})
+    with td.flatten_keys() as tdflat:
+        tdflat["a.b"] += 1
+        tdflat["a.c"] = 0
+    assert td["a", "b"] == 1
+    assert td["a", "c"] == 0
+    print("after the block: a.b =", td["a", "b"].item(), " a.c =", td["a", "c"].item())
+
+
+def _distributed_worker(rank: int, port: int) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    data = TensorDict({"a": torch.zeros(()), ("b", "c"): torch.ones(())}, [])
+    if rank == 1:
+        data["a"] += 41
+        data.isend(dst=0)
+    else:
+        data.irecv(src=1)
+        print("worker 0 received a =", data["a"].item(), " b.c =", data["b", "c"].item())
+    dist.destroy_process_group()
+
+
+def distributed() -> None:
+    section("Distributed capabilities")
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    mp.start_processes(_distributed_worker, args=(port,), nprocs=2, start_method="spawn")
+
+
+def state_dicts() -> None:
+    section("TensorDict to represent state-dicts")
+    module = torch.nn.Sequential(torch.nn.Linear(3, 4))
+    state_dict = TensorDict.from_module(module)
+    print(state_dict)
+    state_dict.data.zero_()
+    state_dict.to_module(module, inplace=True)
+    print("module weights are zero:", bool((module[0].weight == 0).all()))
+
+
+def functional() -> None:
+    section("TensorDict for functional programming")
+    module = torch.nn.Sequential(torch.nn.Linear(3, 4))
+    td = TensorDict.from_module(module)
+    td_zero = td.detach().clone().zero_()
+    with td_zero.to_module(module):
+        y = module(torch.randn(3))
+    assert (y == 0).all()
+    print("output with zeroed parameters:", y)
+    td_one = td.detach().clone() * 0 + 1
+    td_stack = torch.stack([td_zero, td_one])
+
+    def call_module(x, td):
+        with td.to_module(module):
+            return module(x)
+
+    x = torch.ones(2, 10, 3)
+    y = torch.vmap(call_module)(x, td_stack)
+    assert (y[0] == 0).all()
+    assert (y[1] == 4).all()
+    print("vmap over two parameter sets: y[0] == 0, y[1] == 4:", bool((y[0] == 0).all() and (y[1] == 4).all()))
+
+
+def serialization(workdir: str) -> None:
+    section("Parameter serialization and datasets")
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 3))
+    params = TensorDict.from_module(model)
+    folder = os.path.join(workdir, "saved")
+    params.memmap(folder, num_threads=16)
+    params = TensorDict.load_memmap(folder, num_threads=16)
+    params.to_module(model)
+    params["0"].to_module(model[0])
+    params0 = TensorDict.load_memmap(os.path.join(folder, "0"), num_threads=16)
+    params0.to_module(model[0])
+    print("saved files:", sorted(os.listdir(os.path.join(folder, "0"))))
+
+    data = TensorDict({
+        "images": torch.zeros((128, 128, 3), dtype=torch.uint8),
+        "labels": torch.zeros((), dtype=torch.int)}, batch_size=[])
+    size = int(os.environ.get("TORCHDICT_TOUR_DATASET_SIZE", 1_000_000))
+    data = data.expand(size)
+    data = data.memmap_like(os.path.join(workdir, "dataset"))
+    items = data[torch.tensor([1, size // 100, size // 2])]
+    print(f"dataset of {size} images allocated on disk; 3 items:", items.batch_size,
+          "images are", type(data["images"]).__name__)
+
+
+@tensorclass
+class MyData:
+    image: torch.Tensor
+    mask: torch.Tensor
+    label: torch.Tensor
+
+    def mask_image(self):
+        return self.image[self.mask.expand_as(self.image)].view(*self.batch_size, -1)
+
+    def select_label(self, label):
+        return self[self.label == label]
+
+
+def lazy_preallocation() -> None:
+    section("Lazy preallocation")
+
+    def foo():
+        data = TensorDict({}, batch_size=[])
+        data["a"] = torch.randn(3)
+        data["b"] = TensorDict({"c": torch.zeros(2)}, batch_size=[])
+        return data
+
+    N = 10
+    stacked = torch.stack([foo() for _ in range(N)])
+    data = TensorDict({}, batch_size=[N])
+    for i in torch.randperm(N).tolist():
+        data[i] = foo()
+    print(data)
+    assert stacked.batch_size == data.batch_size
+
+
+def tensorclass_section() -> None:
+    section("TensorClass")
+    torch.manual_seed(0)
+    images = torch.randn(100, 3, 64, 64)
+    label = torch.randint(10, (100,))
+    mask = torch.zeros(1, 64, 64, dtype=torch.bool).bernoulli_().expand(100, 1, 64, 64)
+    data = MyData(images, mask, label=label, batch_size=[100])
+    print(data.select_label(1))
+    print(data.mask_image().shape)
+    print(data.reshape(10, 10))
+
+
+def preprocessing(workdir: str) -> None:
+    section("Preprocessing with TensorDict.map")
+    from preprocess_map import process_data
+
+    data = TensorDict({
+        "images": torch.randint(0, 255, (16, 8, 8, 3), dtype=torch.uint8),
+        "labels": torch.arange(16) * 10}, batch_size=[16]).memmap_(os.path.join(workdir, "preproc"))
+    before = data["images"].clone()
+    data.map(process_data, num_workers=2, chunksize=0)
+    assert torch.equal(data["images"], before.flip(-2)) and torch.equal(data["labels"], torch.arange(16))
+    print("images flipped and labels clustered in place by 2 workers:", data["labels"].tolist())
+
+
+def main() -> None:
+    workdir = tempfile.mkdtemp(prefix="torchdict-tour-")
+    try:
+        basic_usage()
+        metadata()
+        specialised_dictionary()
+        nesting()
+        tensor_like()
+        context_managers()
+        distributed()
+        state_dicts()
+        functional()
+        serialization(workdir)
+        preprocessing(workdir)
+        lazy_preallocation()
+        tensorclass_section()
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    print("\nThe tour ran to the end.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,220 @@
+"""What runs inside a ``map`` / ``map_iter`` worker process (and in-process with ``num_workers=0``).
+
+A worker receives a :class:`Job` once (the function, the source TensorDict as
+file names / shared-memory handles, the chunk plan, the output when known),
+then only small *task* messages: ranges of chunk numbers. For each chunk it
+builds the view itself, calls ``fn``, and either writes the result into the
+shared output (``map``) or sends it back (``map_iter``, or a result that does
+not fit the output).
+
+Messages, parent -> worker (tuples over a duplex Pipe):
+    ("job", job) | ("task", task_id, first_chunk, stop_chunk) | ("output", out_or_None)
+    | ("end",) | ("stop",)
+Worker -> parent:
+    ("done", task_id, outcomes) | ("structure", skeleton) | ("error", task_id, chunk, exc_bytes, traceback_text)
+where each outcome is ``("n",)`` (fn returned None), ``("w",)`` (written into the output)
+or ``("s", result)`` (sent back).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import traceback
+from collections import deque
+from typing import Any, Callable, Optional
+
+from ._base import TensorCollection
+from ._gather import fits, skeleton_of, slot_writer, structure_of, write_slot
+from ._sharing import for_transport
+
+MAP = "map"
+ITER = "iter"
+NONE = ("n",)
+WRITTEN = ("w",)
+
+# How often an idle worker checks that its parent is still alive.
+_PARENT_POLL_S = 1.0
+
+
+class Job:
+    """Everything a worker needs for one ``map`` / ``map_iter`` call (sent once per worker)."""
+
+    __slots__ = ("fn", "source", "plan", "mode", "out", "user_out", "lock_views")
+
+    def __init__(self, fn: Callable, source: Any, plan: Any, mode: str, out: Any = None,
+                 user_out: bool = False, lock_views: bool = False) -> None:
+        self.fn = fn
+        self.source = source
+        self.plan = plan
+        self.mode = mode
+        self.out = out
+        self.user_out = user_out
+        self.lock_views = lock_views
+
+    def __getstate__(self) -> tuple:
+        return (self.fn, self.source, self.plan, self.mode, self.out, self.user_out, self.lock_views)
+
+    def __setstate__(self, state: tuple) -> None:
+        self.fn, self.source, self.plan, self.mode, self.out, self.user_out, self.lock_views = state
+
+
+class ChunkRunner:
+    """Runs chunks of a job: build the view, call ``fn``, place the result.
+
+    ``request_output(skeleton)`` is called once, with the first result that
+    could define the output; it returns the shared output (or None: send every
+    result back).
+    """
+
+    def __init__(self, job: Job, request_output: Callable[[Any], Any]) -> None:
+        self.job = job
+        self.request_output = request_output
+        self.out: Any = None
+        self.out_structure: Any = None
+        self.out_known = False
+        if job.out is not None:
+            self.set_output(job.out)
+
+    def set_output(self, out: Any) -> None:
+        self.out = out
+        self.out_known = True
+        if out is not None:
+            self.out_structure = structure_of(out, self.job.plan.dim)
+
+    def run(self, first: int, stop: int, on_chunk: Optional[Callable[[int], None]] = None) -> list:
+        """Process chunks ``first .. stop - 1``; returns one outcome per chunk."""
+        job = self.job
+        plan, fn, source = job.plan, job.fn, job.source
+        outcomes = []
+        for chunk in range(first, stop):
+            if on_chunk is not None:
+                on_chunk(chunk)
+            piece = plan.view(source, chunk)
+            if job.lock_views:
+                piece._lock_tree()
+            outcomes.append(self._place(chunk, fn(piece)))
+        return outcomes
+
+    def _place(self, chunk: int, result: Any) -> tuple:
+        if result is None:
+            return NONE
+        job = self.job
+        if job.mode == ITER:
+            return ("s", for_transport(result) if isinstance(result, TensorCollection) else result)
+        plan = job.plan
+        dim, unbound = plan.dim, plan.unbound
+        start, stop = plan.bounds(chunk)
+        if not self.out_known and fits_some_output(result, dim, stop - start, unbound):
+            self.set_output(self.request_output(skeleton_of(result, dim, unbound)))
+        if self.out is not None and fits(result, self.out_structure, dim, stop - start, unbound):
+            write_slot(self.out, result, slot_writer(dim, start, stop, unbound))
+            return WRITTEN
+        if job.user_out:
+            raise RuntimeError(
+                f"map: the result of chunk {chunk} does not fit its place in out: out has batch size "
+                f"{tuple(self.out.batch_size)} and the structure {self.out_structure}, the result is "
+                f"{_describe(result)}. With out=, fn must return, for each chunk, a tensordict with the "
+                "chunk's length along dim and out's keys, dtypes and shapes."
+            )
+        return ("s", for_transport(result) if isinstance(result, TensorCollection) else result)
+
+
+def fits_some_output(result: Any, dim: int, length: int, unbound: bool) -> bool:
+    """True when ``result`` could define a preallocated output (tensor leaves, right length)."""
+    if not isinstance(result, TensorCollection):
+        return False
+    if unbound:
+        return structure_of(result, None) is not None
+    batch_size = result.batch_size
+    return len(batch_size) > dim and batch_size[dim] == length and structure_of(result, dim) is not None
+
+
+def _describe(result: Any) -> str:
+    if isinstance(result, TensorCollection):
+        return f"a {type(result).__name__} with batch size {tuple(result.batch_size)}"
+    return f"a {type(result).__name__}"
+
+
+def seed_worker(seed: int) -> None:
+    """Seed torch and ``random`` (and NumPy when already imported) for one worker."""
+    import random
+    import sys
+
+    import torch
+
+    torch.manual_seed(seed)
+    random.seed(seed)
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(seed % (2**32))
+
+
+def error_message(task_id: int, chunk: int, error: BaseException) -> tuple:
+    """The ``("error", ...)`` message for an exception raised while running a chunk."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        payload: Optional[bytes] = pickle.dumps(error)
+        pickle.loads(payload)  # an exception that cannot be rebuilt is sent as text only
+    except Exception:
+        payload = None
+    return ("error", task_id, chunk, payload, text)
+
+
+def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Optional[Job]) -> None:
+    """Entry point of a worker process: serve tasks until told to stop or the parent is gone."""
+    import signal
+
+    import torch
+
+    # Ctrl-C reaches the whole process group: the parent handles it and stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(threads)
+    seed_worker(seed)
+    backlog: deque = deque()
+
+    def receive() -> tuple:
+        if backlog:
+            return backlog.popleft()
+        while not conn.poll(_PARENT_POLL_S):
+            if os.getppid() != parent_pid:
+                raise SystemExit(0)  # orphaned: the parent died without stopping us
+        return conn.recv()
+
+    def request_output(skeleton: Any) -> Any:
+        conn.send(("structure", skeleton))
+        while True:
+            message = conn.recv()
+            if message[0] == "output":
+                return message[1]
+            backlog.append(message)
+
+    runner = None if job is None else ChunkRunner(job, request_output)
+    current: list = [0, -1]  # the task and chunk being run, for error reports
+
+    def on_chunk(chunk: int) -> None:
+        current[1] = chunk
+
+    try:
+        while True:
+            message = receive()
+            kind = message[0]
+            if kind == "task":
+                task_id, first, stop = message[1], message[2], message[3]
+                current[0] = task_id
+                try:
+                    outcomes = runner.run(first, stop, on_chunk)  # type: ignore[union-attr]
+                except Exception as error:
+                    conn.send(error_message(task_id, current[1], error))
+                    continue
+                conn.send(("done", task_id, outcomes))
+            elif kind == "output":
+                if runner is not None and not runner.out_known:
+                    runner.set_output(message[1])
+            elif kind == "job":
+                runner = ChunkRunner(message[1], request_output)
+            elif kind == "end":
+                runner = None
+            elif kind == "stop":
+                return
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        return  # the parent closed our pipe: nothing left to do

@@ -1,0 +1,76 @@
+"""Non-tensor leaves follow the batch like a tensor of the batch shape would."""
+import pytest
+import torch
+
+from torchdict import NonTensorData, NonTensorStack, TensorDict
+from torchdict.nontensor import combine_non_tensor
+
+
+def grid(values, shape):
+    return NonTensorStack(values, shape)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [lambda t: t[1], lambda t: t[:, ::2], lambda t: t.permute(1, 0), lambda t: t.reshape(-1),
+     lambda t: t[torch.tensor([1, 0])], lambda t: t[torch.tensor([[True, False, True], [False, True, False]])],
+     lambda t: t.unsqueeze(0), lambda t: t.flip(0)],
+)
+def test_batch_ops_on_a_stack_pick_the_values_a_tensor_would_pick(op):
+    values = list("abcdef")
+    stack = grid(values, (2, 3))
+    reference = torch.arange(6).view(2, 3)
+    result = stack._batch_op(op)
+    expected_positions = op(reference)
+    assert result.batch_size == expected_positions.shape
+    flat = result._flat_values()
+    assert flat == [values[i] for i in expected_positions.reshape(-1).tolist()]
+
+
+def test_a_single_element_of_a_stack_is_plain_data():
+    result = grid(["a", "b"], (2,))._batch_op(lambda t: t[1])
+    assert isinstance(result, NonTensorData) and result.data == "b"
+
+
+def test_non_tensor_data_only_changes_its_batch_size():
+    data = NonTensorData("x", (2, 3))
+    result = data._batch_op(lambda t: t.permute(1, 0)[:, :1])
+    assert result.data == "x" and result.batch_size == torch.Size([3, 1])
+    assert data.tolist() == [["x"] * 3] * 2
+
+
+def test_combine_stacks_and_concatenates_like_torch():
+    left, right = NonTensorData("a", (2,)), grid(["b", "c"], (2,))
+    stacked = combine_non_tensor([left, right], lambda grids: torch.stack(grids, 1))
+    assert stacked.batch_size == torch.Size([2, 2]) and stacked.tolist() == [["a", "b"], ["a", "c"]]
+    catted = combine_non_tensor([left, right], lambda grids: torch.cat(grids, 0))
+    assert catted.tolist() == ["a", "a", "b", "c"]
+
+
+def test_set_at_writes_selected_positions():
+    stack = grid(["a", "b", "c"], (3,))
+    stack._set_at(torch.tensor([True, False, True]), "z")
+    assert stack.tolist() == ["z", "b", "z"]
+    stack._set_at(slice(0, 2), NonTensorStack(["p", "q"], (2,)))
+    assert stack.tolist() == ["p", "q", "z"]
+    with pytest.raises(RuntimeError, match="Cannot write 2 non-tensor values into 3 positions"):
+        stack._set_at(slice(None), NonTensorStack(["p", "q"], (2,)))
+
+
+def test_nested_list_round_trip():
+    values = [["a", "b"], ["c", "d"]]
+    stack = NonTensorStack.from_nested_list(values)
+    assert stack.batch_size == torch.Size([2, 2]) and stack.data == values
+    with pytest.raises(ValueError, match="rectangular"):
+        NonTensorStack.from_nested_list([["a"], ["b", "c"]])
+
+
+def test_in_a_tensordict():
+    td = TensorDict(batch_size=[2])
+    td["s"] = "hello"
+    assert td.get("s").batch_size == torch.Size([2]) and td["s"] == "hello"
+    td.set_non_tensor("n", 3)
+    assert td["n"] == 3 and td.is_non_tensor("n") and td.is_non_tensor("s")
+    td.set_("s", "bye")
+    assert td["s"] == "bye"
+    assert "s" not in td.keys(leaves_only=True)
