@@ -320,6 +320,21 @@ def test_memmap_like_of_the_seed_dataset_size_stays_sparse(tmp_path):
     assert like["images"][torch.tensor([1, 10000, 500000])].sum().item() == 255 * 49152
 
 
+def test_memmap_like_again_on_the_same_folder_keeps_it_loadable(tmp_path):
+    source = make_td()
+    first = source.memmap_like(tmp_path)
+    first["obs"][0] = 5.0
+    meta = (tmp_path / "meta.json").read_bytes()
+    again = source.memmap_like(tmp_path)  # same layout: existing bytes and meta.json are kept
+    assert (tmp_path / "meta.json").read_bytes() == meta
+    assert torch.equal(again["obs"][0], torch.full((3,), 5.0))
+    other = TensorDict({"obs": torch.zeros(4, 7, dtype=torch.float64)}, batch_size=[4])
+    other.memmap_like(tmp_path)  # a different layout rewrites meta.json
+    loaded = TensorDict.load_memmap(tmp_path)
+    assert loaded["obs"].shape == (4, 7) and loaded["obs"].dtype == torch.float64
+    assert list(loaded.keys()) == ["obs"]
+
+
 def test_memmap_like_keeps_non_tensor_data_and_nesting(tmp_path):
     source = make_td()
     like = source.memmap_like(tmp_path)

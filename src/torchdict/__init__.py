@@ -5,10 +5,14 @@ from ._keys import NestedKey, unravel_key, unravel_key_list
 from .memmap import MemoryMappedTensor
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
+from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from . import _pytree  # noqa: F401  (registers TensorDict as a torch.utils._pytree node)
 
 __all__ = [
     "TensorDict",
+    "TensorClass",
+    "tensorclass",
+    "is_tensorclass",
     "MemoryMappedTensor",
     "NonTensorData",
     "NonTensorStack",

@@ -62,27 +62,100 @@ def _map_batch_storage(storage: dict, fn: Callable, old_dims: int, batch_size: t
     return result
 
 
-def _is_dropped_everything(result: Any) -> bool:
-    return result is None
+def flat_tensors(storage: dict) -> Optional[list]:
+    """The values of ``storage`` when every one is a tensor (the common, flat case), else None.
+
+    Leaf-wise ops use it to skip the recursion: the result storage is then
+    ``dict(zip(storage, results))``.
+    """
+    values = list(storage.values())
+    for value in values:
+        if not isinstance(value, _Tensor):
+            return None
+    return values
+
+
+def tensor_leaves(td: Any, out: Optional[list] = None) -> list:
+    """Every tensor leaf of ``td`` (nested ones too), in the order :func:`rebuild` consumes them."""
+    out = [] if out is None else out
+    for leaf in td._tensordict.values():
+        if isinstance(leaf, _Tensor):
+            out.append(leaf)
+        elif isinstance(leaf, TensorCollection):
+            tensor_leaves(unwrap(leaf), out)
+    return out
+
+
+def keep_non_tensor(leaf: Any, batch_size: torch.Size) -> Any:
+    """Default for :func:`rebuild`: a non-tensor leaf follows the new batch size."""
+    if leaf.batch_size == batch_size:
+        return leaf
+    if type(leaf) is NonTensorData:
+        return leaf._with_batch_size(batch_size)
+    return leaf._batch_op(lambda grid: grid.expand(batch_size))
+
+
+DROP: Any = object()  # returned by a rebuild's ``non_tensor`` hook to leave the entry out
+
+
+def rebuild(td: Any, results: Any, batch_size: torch.Size, batch_of: Optional[Callable] = None,
+            non_tensor: Callable = keep_non_tensor, device: Any = _MISSING) -> Any:
+    """A TensorDict shaped like ``td`` whose tensor leaves are taken, in order, from ``results``.
+
+    ``results`` is an iterator yielding one tensor per entry of
+    :func:`tensor_leaves` (``td``'s order). Nested collections get the batch
+    ``batch_of(their old batch)``, by default ``batch_size`` followed by their
+    extra dims. ``non_tensor(leaf, new_batch)`` maps each non-tensor leaf (or
+    returns :data:`DROP`). With ``device``, the result and every nested
+    collection get that device; otherwise each keeps its own. Names are kept
+    where the batch size is unchanged.
+    """
+    n_old = len(td._batch_size)
+    if batch_of is None:
+        def batch_of(old: torch.Size) -> torch.Size:
+            return batch_size + old[n_old:]
+    storage = _rebuild_storage(td._tensordict, results, batch_of, non_tensor, device)
+    names = td._names if batch_size == td._batch_size else None
+    return td._new_unsafe(storage, batch_size, td._device if device is _MISSING else device, names)
+
+
+def _rebuild_storage(storage: dict, results: Any, batch_of: Callable, non_tensor: Callable, device: Any) -> dict:
+    out = {}
+    for key, leaf in storage.items():
+        if isinstance(leaf, _Tensor):
+            out[key] = next(results)
+        elif isinstance(leaf, TensorCollection):
+            inner = unwrap(leaf)
+            inner_batch = batch_of(inner._batch_size)
+            inner_storage = _rebuild_storage(inner._tensordict, results, batch_of, non_tensor, device)
+            names = inner._names if inner_batch == inner._batch_size else None
+            inner_device = inner._device if device is _MISSING else device
+            out[key] = rewrap(leaf, inner._new_unsafe(inner_storage, inner_batch, inner_device, names))
+        else:
+            value = non_tensor(leaf, batch_of(leaf.batch_size))
+            if value is not DROP:
+                out[key] = value
+    return out
 
 
 def apply(td: Any, fn: Callable, others: tuple, *, batch_size: Any = None, device: Any = _MISSING,
           names: Any = _MISSING, inplace: bool = False, default: Any = _MISSING, filter_empty: Optional[bool] = None,
           propagate_lock: bool = False, call_on_nested: bool = False, is_leaf: Optional[Callable] = None,
           out: Any = None, named: bool = False, nested_keys: bool = False, prefix: tuple = ()) -> Any:
+    """``fn`` on every tensor leaf of ``td`` (and the same-key leaves of ``others``); see ``ApplyMixin.apply``."""
     from ._convert import parse_batch_size, parse_device
 
     new_batch = td._batch_size if batch_size is None else parse_batch_size(batch_size)
     new_device = td._device if device is _MISSING else parse_device(device)
-    state = {"dropped": False}
-    storage = _apply_storage(td, fn, others, new_batch, new_device, inplace, default, filter_empty,
-                             call_on_nested, is_leaf, named, nested_keys, prefix, state)
+    run = _ApplyRun(fn, new_device, inplace, default, filter_empty, call_on_nested, is_leaf, named, nested_keys)
+    other_storages = [_storage_of(other) for other in others]
+    storage = run.storage(td, other_storages, new_batch, prefix)
     if inplace:
         return td
     if out is not None:
         out.update(td._new_unsafe(storage, new_batch, new_device), inplace=True)
         return out
-    if not storage and state["dropped"] and filter_empty is not False:
+    if not storage and run.dropped and filter_empty is not False:
         return None
     result = td._new_unsafe(storage, new_batch, new_device)
     if batch_size is None and names is _MISSING:
@@ -94,64 +167,151 @@ def apply(td: Any, fn: Callable, others: tuple, *, batch_size: Any = None, devic
     return result
 
 
-def _apply_storage(td: Any, fn: Callable, others: tuple, batch_size: torch.Size, device: Any, inplace: bool,
-                   default: Any, filter_empty: Optional[bool], call_on_nested: bool, is_leaf: Optional[Callable],
-                   named: bool, nested_keys: bool, prefix: tuple, state: dict) -> dict:
-    storage = td._tensordict
-    other_storages = [unwrap(other)._tensordict for other in others]
-    if others and default is _MISSING:
-        for other_storage in other_storages:
-            if other_storage.keys() != storage.keys():
-                missing = set(storage) - set(other_storage)
-                if missing:
-                    raise missing_key_error(sorted(missing)[0], other_storage)
-    n_batch = len(batch_size)
-    result: dict = {}
-    for key, leaf in storage.items():
-        other_leaves = [other_storage.get(key, default) for other_storage in other_storages]
-        if any(item is _MISSING for item in other_leaves):
-            raise missing_key_error(key, other_storages[0])
-        name = (prefix + (key,) if nested_keys else key)
-        leaf_type = type(leaf)
-        if isinstance(leaf, TensorCollection) and not call_on_nested and not (is_leaf and is_leaf(leaf_type)):
-            inner = unwrap(leaf)
-            inner_batch = batch_size + inner._batch_size[len(td._batch_size):]
-            inner_others = tuple(
-                unwrap(item) if isinstance(item, TensorCollection) else item for item in other_leaves
-            )
-            inner_storage = _apply_storage(inner, fn, inner_others, inner_batch, device, inplace, default,
-                                           filter_empty, call_on_nested, is_leaf, named, nested_keys,
-                                           prefix + (key,), state)
-            if inplace:
+def _storage_of(other: Any) -> dict:
+    if isinstance(other, TensorCollection):
+        return unwrap(other)._tensordict
+    if isinstance(other, dict):
+        return other
+    raise TypeError(f"apply() expects TensorDicts as the other arguments, got {type(other).__name__}.")
+
+
+def _non_tensor_for_batch(leaf: Any, batch_size: torch.Size) -> Any:
+    """A non-tensor leaf carried into a result of batch ``batch_size``."""
+    if leaf.batch_size == batch_size:
+        return leaf
+    if type(leaf) is NonTensorData or leaf.batch_size.numel() != batch_size.numel():
+        # One value per element can't be re-laid out over a different number of elements:
+        # the whole list becomes one shared value.
+        data = leaf.data
+        return NonTensorData(data, batch_size, leaf.device)
+    return leaf._with_batch_size(batch_size)
+
+
+class _ApplyRun:
+    """One call of apply: its options, and whether some leaf was dropped (``fn`` returned None)."""
+
+    __slots__ = ("fn", "device", "inplace", "default", "filter_empty", "call_on_nested", "is_leaf", "named",
+                 "nested_keys", "dropped")
+
+    def __init__(self, fn: Callable, device: Any, inplace: bool, default: Any, filter_empty: Optional[bool],
+                 call_on_nested: bool, is_leaf: Optional[Callable], named: bool, nested_keys: bool) -> None:
+        self.fn = fn
+        self.device = device
+        self.inplace = inplace
+        self.default = default
+        self.filter_empty = filter_empty
+        self.call_on_nested = call_on_nested
+        self.is_leaf = is_leaf
+        self.named = named
+        self.nested_keys = nested_keys
+        self.dropped = False
+
+    def storage(self, td: Any, other_storages: list, batch_size: torch.Size, prefix: tuple) -> dict:
+        """The result storage for ``td`` (empty when ``inplace``: the leaves are written instead)."""
+        storage = td._tensordict
+        default = self.default
+        if other_storages and default is _MISSING:
+            for other_storage in other_storages:
+                if other_storage.keys() != storage.keys():
+                    missing = storage.keys() - other_storage.keys()
+                    if missing:
+                        first = sorted(missing)[0]
+                        raise missing_key_error(prefix + (first,) if prefix else first, other_storage)
+        if not other_storages and not self.named and not self.inplace:
+            return self._plain_storage(td, batch_size, prefix)
+        n_batch = len(batch_size)
+        fn, named, inplace = self.fn, self.named, self.inplace
+        result: dict = {}
+        for key, leaf in storage.items():
+            other_leaves = [other_storage.get(key, default) for other_storage in other_storages]
+            if not isinstance(leaf, _Tensor):
+                entry = self._non_tensor_entry(td, key, leaf, other_leaves, batch_size, prefix)
+                if entry is not DROP:
+                    result[key] = entry
                 continue
-            if not inner_storage and filter_empty is not False and inner._tensordict:
-                continue
-            result[key] = rewrap(leaf, inner._new_unsafe(inner_storage, inner_batch, device))
-            continue
-        if leaf_type in (NonTensorData, NonTensorStack):
-            if not inplace:
-                result[key] = leaf if leaf.batch_size[:n_batch] == batch_size else leaf._with_batch_size(
-                    batch_size + leaf.batch_size[len(td._batch_size):])
-            continue
-        value = fn(name, leaf, *other_leaves) if named else fn(leaf, *other_leaves)
-        if value is None:
-            state["dropped"] = True
-            continue
-        if inplace:
-            if value is not leaf:
-                leaf.copy_(value)
-            continue
+            name = prefix + (key,) if self.nested_keys else key
+            value = fn(name, leaf, *other_leaves) if named else fn(leaf, *other_leaves)
+            if value is None:
+                self.dropped = True
+            elif inplace:
+                if value is not leaf:
+                    leaf.copy_(value)
+            else:
+                result[key] = self._checked(value, name, batch_size, n_batch)
+        return result
+
+    def _plain_storage(self, td: Any, batch_size: torch.Size, prefix: tuple) -> dict:
+        """The common case (one TensorDict, unnamed, not in place), kept lean: it sets apply's speed."""
+        fn = self.fn
+        n_batch = len(batch_size)
+        device = self.device
+        result: dict = {}
+        for key, leaf in td._tensordict.items():
+            if isinstance(leaf, _Tensor):
+                value = fn(leaf)
+                if isinstance(value, _Tensor):
+                    if n_batch and value.shape[:n_batch] != batch_size:
+                        raise batch_mismatch_error(batch_size, value.shape, prefix + (key,) if prefix else key)
+                    if device is not None and value.device != device:
+                        value = value.to(device)
+                    result[key] = value
+                elif value is None:
+                    self.dropped = True
+                else:
+                    result[key] = self._checked(value, prefix + (key,) if prefix else key, batch_size, n_batch)
+            else:
+                entry = self._non_tensor_entry(td, key, leaf, [], batch_size, prefix)
+                if entry is not DROP:
+                    result[key] = entry
+        return result
+
+    def _checked(self, value: Any, name: Any, batch_size: torch.Size, n_batch: int) -> Any:
+        """``fn``'s return as a leaf of a TensorDict of batch ``batch_size`` on the result's device."""
         if isinstance(value, _Tensor):
             if value.shape[:n_batch] != batch_size:
                 raise batch_mismatch_error(batch_size, value.shape, name)
-            if device is not None and value.device != device:
-                value = value.to(device)
-        elif not isinstance(value, TensorCollection):
-            from ._convert import to_leaf
+            if self.device is not None and value.device != self.device:
+                value = value.to(self.device)
+            return value
+        if isinstance(value, TensorCollection):
+            return value
+        from ._convert import to_leaf
 
-            value = to_leaf(value, name, batch_size, device)
-        result[key] = value
-    return result
+        return to_leaf(value, name, batch_size, self.device)
+
+    def _non_tensor_entry(self, td: Any, key: str, leaf: Any, other_leaves: list, batch_size: torch.Size,
+                          prefix: tuple) -> Any:
+        """The result for a sub-collection or non-tensor leaf (or DROP)."""
+        if isinstance(leaf, TensorCollection):
+            if self.call_on_nested or (self.is_leaf is not None and self.is_leaf(type(leaf))):
+                name = prefix + (key,) if self.nested_keys else key
+                value = self.fn(name, leaf, *other_leaves) if self.named else self.fn(leaf, *other_leaves)
+                if value is None:
+                    self.dropped = True
+                    return DROP
+                return DROP if self.inplace else self._checked(value, name, batch_size, len(batch_size))
+            inner = unwrap(leaf)
+            inner_batch = batch_size + inner._batch_size[len(td._batch_size):]
+            inner_others = [self._inner_storage(item, prefix + (key,)) for item in other_leaves]
+            inner_storage = self.storage(inner, inner_others, inner_batch, prefix + (key,))
+            if self.inplace:
+                return DROP
+            if not inner_storage and self.filter_empty is not False and inner._tensordict:
+                return DROP  # everything in it was dropped
+            return rewrap(leaf, inner._new_unsafe(inner_storage, inner_batch, self.device))
+        if self.inplace:
+            return DROP
+        # Non-tensor data is passed through without calling fn.
+        return _non_tensor_for_batch(leaf, batch_size + leaf.batch_size[len(td._batch_size):])
+
+    def _inner_storage(self, item: Any, path: tuple) -> dict:
+        """The storage an "other" holds where ``td`` has a sub-collection (the default fills a missing one)."""
+        if isinstance(item, TensorCollection):
+            return unwrap(item)._tensordict
+        if self.default is not _MISSING and item is self.default:
+            return {}
+        raise KeyError(f"apply(): the other TensorDict holds a {type(item).__name__} at {path!r}, where the "
+                       f"first holds a TensorDict.")
 
 
 class ApplyMixin:
@@ -161,19 +321,37 @@ class ApplyMixin:
               names: Any = _MISSING, inplace: bool = False, default: Any = _MISSING,
               filter_empty: Optional[bool] = None, propagate_lock: bool = False, call_on_nested: bool = False,
               is_leaf: Optional[Callable] = None, out: Any = None, **constructor_kwargs: Any) -> Any:
-        """``fn(leaf, *other_leaves)`` on every tensor leaf; a ``None`` return drops the key.
+        """``fn(leaf, *other_leaves)`` on every tensor leaf, recursing into sub-TensorDicts.
+
+        - a ``None`` return drops the key; when everything is dropped the result is ``None``
+          (``filter_empty=False`` keeps the emptied sub-TensorDicts, and an empty result);
+        - non-tensor entries are passed through without calling ``fn``;
+        - ``others`` are TensorDicts with the same keys (``KeyError`` otherwise, unless
+          ``default=`` fills the missing entries);
+        - ``batch_size=``/``device=``/``names=`` set the result's; each return must fit
+          the batch size (``RuntimeError`` otherwise);
+        - ``inplace=True`` copies the results into the leaves and returns self;
+        - the result is unlocked unless ``propagate_lock=True``.
 
         >>> import torch
         >>> from torchdict import TensorDict
         >>> TensorDict(a=torch.ones(2)).apply(lambda x: x * 2)["a"]
         tensor([2., 2.])
+        >>> data = TensorDict({"a": torch.tensor(1.0), "b": torch.tensor(1)}, [])
+        >>> list(data.apply(lambda x: x if x.dtype == torch.float else None).keys())
+        ['a']
         """
         return apply(self, fn, others, batch_size=batch_size, device=device, names=names, inplace=inplace,
                      default=default, filter_empty=filter_empty, propagate_lock=propagate_lock,
                      call_on_nested=call_on_nested, is_leaf=is_leaf, out=out)
 
     def apply_(self, fn: Callable, *others: Any, **kwargs: Any) -> Any:
-        """``apply`` writing the results back into the existing leaves; returns self."""
+        """``apply`` writing the results back into the existing leaves (allowed when locked); returns self.
+
+        >>> td = TensorDict(a=torch.zeros(2))
+        >>> td.apply_(lambda x: x + 1)["a"]
+        tensor([1., 1.])
+        """
         return apply(self, fn, others, inplace=True, **kwargs)
 
     def named_apply(self, fn: Callable, *others: Any, nested_keys: bool = False, batch_size: Any = None,
@@ -181,7 +359,12 @@ class ApplyMixin:
                     filter_empty: Optional[bool] = None, propagate_lock: bool = False,
                     call_on_nested: bool = False, is_leaf: Optional[Callable] = None, out: Any = None,
                     **constructor_kwargs: Any) -> Any:
-        """``fn(key, leaf, *other_leaves)``; with ``nested_keys=True`` keys are full tuples."""
+        """``fn(key, leaf, *other_leaves)``; with ``nested_keys=True`` keys are full tuples.
+
+        >>> td = TensorDict(a=torch.zeros(2), b={"c": torch.zeros(2)})
+        >>> td.named_apply(lambda key, x: x if key != "a" else None)["b", "c"]
+        tensor([0., 0.])
+        """
         return apply(self, fn, others, batch_size=batch_size, device=device, names=names, inplace=inplace,
                      default=default, filter_empty=filter_empty, propagate_lock=propagate_lock,
                      call_on_nested=call_on_nested, is_leaf=is_leaf, out=out, named=True,

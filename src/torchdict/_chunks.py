@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-from ._apply import map_batch
+from ._apply import map_batch, rewrap, unwrap
 
 
 def normalize_dim(dim: int, batch_size: torch.Size) -> int:
@@ -90,6 +90,8 @@ class ChunkPlan:
         Without a permutation it is a view (edits through ``set_`` reach the
         source); with one (``shuffle``) it is gathered with ``index_select``.
         """
+        if unwrap(source) is not source:  # a tensorclass: cut its TensorDict, keep its class
+            return rewrap(source, self.view(unwrap(source), chunk))
         dim = self.dim
         batch_size = source._batch_size
         start, stop = self.bounds(chunk)

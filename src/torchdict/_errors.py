@@ -79,3 +79,28 @@ def through_leaf_error(leaf_key: str, leaf: object, next_key: str) -> KeyThrough
 
 def inplace_error(key: object, td: object) -> InplaceWriteError:
     return InplaceWriteError(f"Failed to update {key!r} in tensordict {td}")
+
+
+def _format_key_set(keys: set) -> str:
+    if not keys:
+        return "set()"
+    ordered = sorted(keys, key=lambda key: (key,) if isinstance(key, str) else tuple(key))
+    return "{" + ", ".join(repr(key) for key in ordered) + "}"
+
+
+def keys_mismatch_error(only_first: set, only_second: set) -> KeyError:
+    """Two TensorDicts combined leaf by leaf (``td + other``) hold different keys."""
+    message = "keys in tensordicts mismatch."
+    if only_first:
+        message += f" The first TD has keys {_format_key_set(only_first)} that the second does not have."
+    if only_second:
+        message += f" The second TD has keys {_format_key_set(only_second)} that the first does not have."
+    return MessageKeyError(message)
+
+
+class BatchDimError(IndexError, RuntimeError):
+    """A dim that is not a batch dim (upstream raises IndexError from reductions, RuntimeError from all/any)."""
+
+
+def batch_dim_error(dim: object, batch_dims: int) -> BatchDimError:
+    return BatchDimError(f"Incompatible dim {dim} for tensordict with batch dims {batch_dims}.")

@@ -331,7 +331,7 @@ def _destination_batch_error(dest_batch: torch.Size, batch: torch.Size, index: A
     )
 
 
-def _same_value(first: Any, second: Any) -> bool:
+def same_value(first: Any, second: Any) -> bool:
     if first is second:
         return True
     if type(first) is not type(second):
@@ -344,15 +344,22 @@ def _same_value(first: Any, second: Any) -> bool:
 
 
 class _WritePlan:
-    """The writes of one ``td[index] = value``, checked before any of them is made."""
+    """The writes of one ``td[index] = value``, all checked before the first one is made.
 
-    __slots__ = ("index", "top_batch", "dest_batch", "n_dest", "copies", "others")
+    ``shift`` is how many leading dims the index removes when it is a plain
+    int (``td[i] = v``): a value then fits a leaf when
+    ``value.shape == leaf.shape[shift:]``, a cheaper test than comparing
+    the feature dims of both. It is None for other indices.
+    """
 
-    def __init__(self, index: Any, top_batch: torch.Size, dest_batch: torch.Size) -> None:
+    __slots__ = ("index", "top_batch", "dest_batch", "n_dest", "shift", "copies", "others")
+
+    def __init__(self, index: Any, top_batch: torch.Size, dest_batch: torch.Size, shift: Optional[int]) -> None:
         self.index = index
         self.top_batch = top_batch  # the batch of the TensorDict written into
         self.dest_batch = dest_batch  # the batch of its indexed part
         self.n_dest = len(dest_batch)
+        self.shift = shift
         self.copies: list = []  # (existing tensor, value tensor): existing[index] = value
         self.others: list = []  # (callable, args): allocations, new entries, non-tensor writes
 
@@ -400,53 +407,67 @@ def _write_non_tensor(target: Any, key: str, existing: Any, value: Any, index: A
 def _plan_collection(plan: _WritePlan, target: Any, source: Any, prefix: tuple) -> None:
     """Plan writing every entry of ``source`` (a TensorDict) into ``target`` at ``plan.index``."""
     storage = target._tensordict
-    n_top = len(plan.top_batch)
-    n_dest = plan.n_dest
+    shift = plan.shift
+    copies = plan.copies
     for key, value in source._tensordict.items():
         existing = storage.get(key, _MISSING)
-        if isinstance(value, _Tensor):
-            if isinstance(existing, _Tensor):
-                feature = existing.shape[n_top:]
-                if value.shape[n_dest:] != feature:
-                    _check_broadcast(value, value.shape[:n_dest] + feature)
-                plan.copies.append((existing, value))
-                continue
-            if existing is _MISSING:
-                if target._is_locked:
-                    raise locked_error()
-                plan.others.append((_allocate, (target, key, value, plan.top_batch, n_dest, plan.index)))
-                continue
-        elif isinstance(value, TensorCollection):
-            value_td = unwrap(value)
-            if isinstance(existing, TensorCollection):
-                _plan_collection(plan, unwrap(existing), value_td, prefix + (key,))
-                continue
-            if existing is _MISSING:
-                if target._is_locked:
-                    raise locked_error()
-                new_batch = plan.top_batch + value_td._batch_size[n_dest:]
-                created = target._new_unsafe({}, new_batch, target._device)
-                plan.others.append((_put, (storage, key, rewrap(value, created))))
-                _plan_collection(plan, created, value_td, prefix + (key,))
-                continue
-        elif type(value) in _NON_TENSOR:
-            if existing is _MISSING:
-                if target._is_locked:
-                    raise locked_error()
-                full_batch = plan.top_batch + value.batch_size[n_dest:]
-                first = value._flat_values()[0] if value.batch_size.numel() else None
-                fresh = NonTensorData(first, full_batch, target._device)
-                plan.others.append((_put, (storage, key, fresh)))
-                if type(value) is NonTensorStack:
-                    plan.others.append((_write_non_tensor, (target, key, fresh, value, plan.index)))
-                continue
-            if type(existing) in _NON_TENSOR:
-                if type(existing) is NonTensorData and type(value) is NonTensorData and _same_value(
-                        existing.data, value.data):
-                    continue
-                plan.others.append((_write_non_tensor, (target, key, existing, value, plan.index)))
-                continue
-        raise inplace_error(prefix + (key,) if prefix else key, target)
+        if type(value) is _Tensor and type(existing) is _Tensor:  # the common case, kept lean
+            if shift is not None:
+                if value.shape != existing.shape[shift:]:
+                    _check_broadcast(value, value.shape[:plan.n_dest] + existing.shape[len(plan.top_batch):])
+            elif value.shape[plan.n_dest:] != existing.shape[len(plan.top_batch):]:
+                _check_broadcast(value, value.shape[:plan.n_dest] + existing.shape[len(plan.top_batch):])
+            copies.append((existing, value))
+        else:
+            _plan_entry(plan, target, key, existing, value, prefix)
+
+
+def _plan_entry(plan: _WritePlan, target: Any, key: str, existing: Any, value: Any, prefix: tuple) -> None:
+    """Plan one entry that is not a plain tensor written over a plain tensor."""
+    n_dest = plan.n_dest
+    if isinstance(value, _Tensor):
+        if isinstance(existing, _Tensor):
+            feature = existing.shape[len(plan.top_batch):]
+            if value.shape[n_dest:] != feature:
+                _check_broadcast(value, value.shape[:n_dest] + feature)
+            plan.copies.append((existing, value))
+            return
+        if existing is _MISSING:
+            if target._is_locked:
+                raise locked_error()
+            plan.others.append((_allocate, (target, key, value, plan.top_batch, n_dest, plan.index)))
+            return
+    elif isinstance(value, TensorCollection):
+        value_td = unwrap(value)
+        if isinstance(existing, TensorCollection):
+            _plan_collection(plan, unwrap(existing), value_td, prefix + (key,))
+            return
+        if existing is _MISSING:
+            if target._is_locked:
+                raise locked_error()
+            new_batch = plan.top_batch + value_td._batch_size[n_dest:]
+            created = target._new_unsafe({}, new_batch, target._device)
+            plan.others.append((_put, (target._tensordict, key, rewrap(value, created))))
+            _plan_collection(plan, created, value_td, prefix + (key,))
+            return
+    elif type(value) in _NON_TENSOR:
+        if existing is _MISSING:
+            if target._is_locked:
+                raise locked_error()
+            full_batch = plan.top_batch + value.batch_size[n_dest:]
+            first = value._flat_values()[0] if value.batch_size.numel() else None
+            fresh = NonTensorData(first, full_batch, target._device)
+            plan.others.append((_put, (target._tensordict, key, fresh)))
+            if type(value) is NonTensorStack:
+                plan.others.append((_write_non_tensor, (target, key, fresh, value, plan.index)))
+            return
+        if type(existing) in _NON_TENSOR:
+            if type(existing) is NonTensorData and type(value) is NonTensorData and same_value(
+                    existing.data, value.data):
+                return
+            plan.others.append((_write_non_tensor, (target, key, existing, value, plan.index)))
+            return
+    raise inplace_error(prefix + (key,) if prefix else key, target)
 
 
 def _plan_broadcast(plan: _WritePlan, target: Any, value: Any) -> None:
@@ -470,11 +491,12 @@ def set_at_index(td: Any, index: Any, value: Any) -> None:
         size = batch[0]
         if not -size <= index < size:
             raise _out_of_bounds(index, size)
-        items, dest_batch = index, batch[1:]
+        items, dest_batch, shift = index, batch[1:], 1
     else:
         if not batch and any(_dims_used(item) for item in (index if type(index) is tuple else (index,))):
             raise IndexError("too many indices for tensor of dimension 0")
         items, dest_batch = indexed_batch_size(index, batch)
+        shift = None
     if isinstance(value, TensorCollection):
         source = unwrap(value)
         if source._batch_size != dest_batch:
@@ -486,7 +508,7 @@ def set_at_index(td: Any, index: Any, value: Any) -> None:
     else:
         _broadcast_into(td, items, dest_batch, value)
         return
-    plan = _WritePlan(items, batch, dest_batch)
+    plan = _WritePlan(items, batch, dest_batch, shift)
     _plan_collection(plan, td, source, ())
     plan.run()
 
@@ -503,7 +525,7 @@ def _broadcast_into(td: Any, items: Any, dest_batch: torch.Size, value: Any) -> 
                 f"{type(value).__name__}. To write non-tensor data at an index, write "
                 "td[index] = {key: value}."
             )
-    plan = _WritePlan(items, td._batch_size, dest_batch)
+    plan = _WritePlan(items, td._batch_size, dest_batch, None)
     _plan_broadcast(plan, td, value)
     plan.run()
 

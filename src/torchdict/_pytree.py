@@ -89,9 +89,9 @@ class _Node:
     """The pytree context of one collection level: everything but its tensors.
 
     ``kinds`` is aligned with ``keys``: ``_CHILD``, a nested ``_Node`` or a
-    ``_Constant``. The root also keeps ``child_ndims`` (the ndim of each child
-    when flattened, None for non-tensors), used to measure how many dims a
-    transform added or removed. ``template`` is the tensorclass instance a
+    ``_Constant``. The root also keeps ``probe``: ``(index, ndim)`` of its
+    first tensor child when flattened, to measure how many dims a transform
+    added or removed (None when there is no tensor). ``template`` is the tensorclass instance a
     tensorclass level is rebuilt from (None for TensorDicts).
 
     Two nodes are equal when they have the same classes, keys, nesting,
@@ -99,7 +99,7 @@ class _Node:
     tensor's shape, the batch *sizes* are not part of the structure.
     """
 
-    __slots__ = ("cls", "td_cls", "keys", "kinds", "batch_size", "device", "names", "template", "child_ndims")
+    __slots__ = ("cls", "td_cls", "keys", "kinds", "batch_size", "device", "names", "template", "probe")
 
     def __init__(self, cls: type, td_cls: type, keys: tuple, kinds: tuple, batch_size: torch.Size,
                  device: Optional[torch.device], names: Optional[list], template: Any) -> None:
@@ -111,7 +111,7 @@ class _Node:
         self.device = device
         self.names = names
         self.template = template
-        self.child_ndims: Optional[tuple] = None
+        self.probe: Optional[tuple] = None
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, _Node):
@@ -136,8 +136,12 @@ class _Node:
 # ---------------------------------------------------------------------------------------- flatten
 
 
-def _describe(collection: Any, children: list, ndims: list) -> _Node:
-    """Append the children of ``collection`` (depth first) and return its context."""
+def _describe(collection: Any, children: list, probe: list) -> _Node:
+    """Append the children of ``collection`` (depth first) and return its context.
+
+    ``probe`` receives ``(index, ndim)`` of the first tensor child: enough to
+    measure, when unflattening, how many dims a transform added or removed.
+    """
     td = collection
     template = None
     inner = collection._tensordict
@@ -146,16 +150,16 @@ def _describe(collection: Any, children: list, ndims: list) -> _Node:
     kinds = []
     for leaf in td._tensordict.values():
         if isinstance(leaf, _Tensor):
+            if not probe:
+                probe.append((len(children), leaf.ndim))
             children.append(leaf)
-            ndims.append(leaf.ndim)
             kinds.append(_CHILD)
         elif isinstance(leaf, TensorCollection):
-            kinds.append(_describe(leaf, children, ndims))
+            kinds.append(_describe(leaf, children, probe))
         elif type(leaf) in _NON_TENSOR:
             kinds.append(_Constant(leaf))
         else:  # a raw value held by a shell (see the module docstring)
             children.append(leaf)
-            ndims.append(None)
             kinds.append(_CHILD)
     return _Node(type(collection), type(td), tuple(td._tensordict), tuple(kinds), td._batch_size, td._device,
                  td._names, template)
@@ -163,9 +167,9 @@ def _describe(collection: Any, children: list, ndims: list) -> _Node:
 
 def _flatten(collection: Any) -> Tuple[List[Any], _Node]:
     children: list = []
-    ndims: list = []
-    node = _describe(collection, children, ndims)
-    node.child_ndims = tuple(ndims)
+    probe: list = []
+    node = _describe(collection, children, probe)
+    node.probe = probe[0] if probe else None
     return children, node
 
 
@@ -188,14 +192,6 @@ def _flatten_with_keys(collection: Any) -> Tuple[List[Tuple[Any, Any]], _Node]:
 # -------------------------------------------------------------------------------------- unflatten
 
 
-def _delta(values: list, ndims: tuple) -> Optional[int]:
-    """How many dims the tensors gained (>0) or lost (<0) since flattening; None if unknown."""
-    for value, ndim in zip(values, ndims):
-        if ndim is not None and isinstance(value, _Tensor):
-            return value.ndim - ndim
-    return None
-
-
 def _common_prefix(shapes: list, limit: int) -> torch.Size:
     """The longest prefix (at most ``limit`` dims) shared by every shape."""
     first = shapes[0]
@@ -214,7 +210,11 @@ def _common_prefix(shapes: list, limit: int) -> torch.Size:
 
 
 class _Builder:
-    """Rebuilds a collection tree from children, inferring the batch sizes (see module docstring)."""
+    """Rebuilds a collection tree from children, inferring the batch sizes (see module docstring).
+
+    ``delta`` is how many dims the tensors gained (> 0) or lost (< 0) since
+    flattening; None when no tensor tells (a shell): the old batch sizes stay.
+    """
 
     __slots__ = ("values", "position", "delta")
 
@@ -226,9 +226,13 @@ class _Builder:
     def build(self, node: _Node) -> Tuple[Any, bool]:
         """The rebuilt collection and whether its batch size was measured from tensors."""
         values = self.values
+        old_batch = node.batch_size
+        # At most this many batch dims; the sizes come from the tensors (none needed for 0 dims).
+        limit = -1 if self.delta is None else max(0, len(old_batch) + self.delta)
         storage: dict = {}
         shapes: list = []
-        unmeasured: list = []  # (key, collection) of sub-collections with no tensor inside
+        measured = False
+        unmeasured: list = []  # (key, node) of sub-collections with no tensor inside
         constants: list = []
         device = node.device
         for key, kind in zip(node.keys, node.kinds):
@@ -237,14 +241,18 @@ class _Builder:
                 self.position += 1
                 storage[key] = value
                 if isinstance(value, _Tensor):
-                    shapes.append(value.shape)
+                    measured = True
+                    if limit > 0:
+                        shapes.append(value.shape)
                     if device is not None and value.device != device:
                         device = None
             elif type(kind) is _Node:
-                child, measured = self.build(kind)
+                child, child_measured = self.build(kind)
                 storage[key] = child
-                if measured:
-                    shapes.append(child.batch_size)
+                if child_measured:
+                    measured = True
+                    if limit > 0:
+                        shapes.append(child.batch_size)
                     if device is not None and child.device != device:
                         device = None
                 else:
@@ -252,13 +260,12 @@ class _Builder:
             else:
                 storage[key] = kind.leaf
                 constants.append(key)
-        old_batch = node.batch_size
-        if not shapes or self.delta is None:
+        if not measured or limit < 0:
             batch_size = old_batch
-            measured = bool(shapes)
+        elif limit == 0:
+            batch_size = _NO_BATCH
         else:
-            batch_size = _common_prefix(shapes, max(0, len(old_batch) + self.delta))
-            measured = True
+            batch_size = _common_prefix(shapes, limit)
         if batch_size != old_batch:
             old_dims = len(old_batch)
             for key, kind in unmeasured:
@@ -270,6 +277,9 @@ class _Builder:
         if node.template is not None:
             return node.template._rewrap(td), measured
         return td, measured
+
+
+_NO_BATCH = torch.Size(())
 
 
 def _rebatch_constant(leaf: Any, key: str, batch_size: torch.Size) -> Any:
@@ -300,8 +310,14 @@ def _rebatch(collection: Any, node: _Node, batch_size: torch.Size) -> Any:
 
 
 def _unflatten(values: Any, node: _Node) -> Any:
-    values = list(values)
-    delta = _delta(values, node.child_ndims) if node.child_ndims is not None else None
+    values = values if type(values) is list else list(values)
+    delta = None
+    probe = node.probe
+    if probe is not None:
+        index, ndim = probe
+        value = values[index]
+        if isinstance(value, _Tensor):
+            delta = value.ndim - ndim
     collection, _ = _Builder(values, delta).build(node)
     return collection
 

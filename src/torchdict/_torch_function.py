@@ -1,5 +1,463 @@
-"""Filled in by issue 3 (torch functions)."""
+"""``torch.<fn>(td, ...)``: the ``__torch_function__`` table, and dense stack / cat.
+
+torch calls ``TensorDict.__torch_function__`` whenever a TensorDict appears
+among the arguments of a torch function (also inside a list, as in
+``torch.stack([td0, td1])``). The hook looks the function up in one table,
+:data:`TORCH_FUNCTIONS`, and calls the handler with the original arguments;
+an unknown function gives ``NotImplemented`` (torch then raises its
+TypeError). Other modules add their own functions with :func:`implements`
+or :func:`dispatch_to_method`, so this file never needs to know them.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Sequence
+
+import torch
+
+from ._apply import map_batch, rewrap, unwrap
+from ._base import TensorCollection
+from ._indexing import same_value, batch_probe
+from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
+
+_Tensor = torch.Tensor
+_Size = torch.Size
+_NON_TENSOR = (NonTensorData, NonTensorStack)
+
+#: torch function -> handler with the same signature as the torch function.
+TORCH_FUNCTIONS: Dict[Callable, Callable] = {}
+
+
+def implements(*torch_functions: Callable) -> Callable[[Callable], Callable]:
+    """Register the decorated function as the handler of ``torch_functions`` for TensorDicts.
+
+    >>> import torch
+    >>> @implements(torch.numel)
+    ... def _numel(td):
+    ...     return td.numel()
+    """
+
+    def register(handler: Callable) -> Callable:
+        for torch_function in torch_functions:
+            TORCH_FUNCTIONS[torch_function] = handler
+        return handler
+
+    return register
+
+
+def dispatch_to_method(torch_function: Callable, method_name: str,
+                       rename: Optional[Dict[str, str]] = None) -> None:
+    """``torch_function(td, *args, **kwargs)`` calls ``td.<method_name>(*args, **kwargs)``.
+
+    ``rename`` maps torch's keyword names to the method's (e.g. ``{"input": ...}``).
+    The method is looked up by name at call time, so it may live in any mixin.
+    """
+
+    def handler(first: Any, *args: Any, **kwargs: Any) -> Any:
+        if rename:
+            kwargs = {rename.get(name, name): value for name, value in kwargs.items()}
+        return getattr(first, method_name)(*args, **kwargs)
+
+    handler.__name__ = f"torch_{method_name}"
+    TORCH_FUNCTIONS[torch_function] = handler
+
+
+# --------------------------------------------------------------------------- stack
+
+
+def _same_sizes(storages: list) -> bool:
+    """Same number of keys everywhere: with every key of the first found in each, the key sets match."""
+    count = len(storages[0])
+    for storage in storages:
+        if len(storage) != count:
+            return False
+    return True
+
+
+def _exclusive_keys_error() -> RuntimeError:
+    return RuntimeError(
+        "The sets of keys in the tensordicts to stack are exclusive. Consider using "
+        "`LazyStackedTensorDict.maybe_dense_stack` instead."
+    )
+
+
+def _merged_device(tds: Sequence[Any]) -> Optional[torch.device]:
+    """The first device set among ``tds`` (cpu with None gives cpu)."""
+    for td in tds:
+        if td._device is not None:
+            return td._device
+    return None
+
+
+def _leaf_kind(leaf: Any) -> str:
+    if isinstance(leaf, _Tensor):
+        return "Tensor"
+    return type(leaf).__name__
+
+
+def _combine_error(key: str, leaves: list, verb: str, error: Exception) -> Exception:
+    """A clear error for leaves that torch could not stack / cat (wrong kinds or shapes)."""
+    kinds = {_leaf_kind(leaf) for leaf in leaves}
+    if len(kinds) > 1 or not isinstance(leaves[0], _Tensor):
+        found = ", ".join(f"tensordict {position}: {_leaf_kind(leaf)}" for position, leaf in enumerate(leaves))
+        return TypeError(f"Cannot {verb} the entries at key {key!r}: they are of different kinds ({found}).")
+    if verb == "stack":
+        first = leaves[0].shape
+        for leaf in leaves[1:]:
+            if leaf.shape != first:
+                return RuntimeError(
+                    f"The shapes of the tensors to stack is incompatible: {leaf.shape} vs {first} for key {key}."
+                )
+    return error
+
+
+def _stack_storage(storages: list, dim: int, n_batch: int, new_batch: torch.Size, out: Optional[dict]) -> dict:
+    """Stack key by key; the caller has checked that every storage has as many keys as the first."""
+    result = {} if out is None else out
+    for key, leaf in storages[0].items():
+        try:
+            leaves = [storage[key] for storage in storages]
+        except KeyError:
+            raise _exclusive_keys_error() from None
+        if isinstance(leaf, _Tensor):
+            try:
+                if out is not None and isinstance(out.get(key), _Tensor):
+                    torch.stack(leaves, dim, out=out[key])
+                    continue
+                result[key] = torch.stack(leaves, dim)
+            except (RuntimeError, TypeError) as error:
+                raise _combine_error(key, leaves, "stack", error) from error
+        elif isinstance(leaf, TensorCollection):
+            if not all(isinstance(item, TensorCollection) for item in leaves):
+                raise _combine_error(key, leaves, "stack", TypeError())
+            inners = [unwrap(item) for item in leaves]
+            inner_batch = inners[0]._batch_size
+            for position, inner in enumerate(inners):
+                if inner._batch_size != inner_batch:
+                    raise _incongruent_error(inners, position)
+            stacked_batch = new_batch + inner_batch[n_batch:]
+            if not _same_sizes([item._tensordict for item in inners]):
+                raise _exclusive_keys_error()
+            target = out.get(key) if out is not None else None
+            if isinstance(target, TensorCollection):
+                _stack_storage([item._tensordict for item in inners], dim, n_batch, stacked_batch,
+                               unwrap(target)._tensordict)
+                continue
+            storage = _stack_storage([item._tensordict for item in inners], dim, n_batch, stacked_batch, None)
+            result[key] = rewrap(leaf, inners[0]._new_unsafe(storage, stacked_batch, _merged_device(inners)))
+        else:
+            if not all(type(item) in _NON_TENSOR for item in leaves):
+                raise _combine_error(key, leaves, "stack", TypeError())
+            result[key] = combine_non_tensor(leaves, lambda grids: torch.stack(grids, dim))
+    return result
+
+
+def _incongruent_error(tds: Sequence[Any], position: int) -> RuntimeError:
+    return RuntimeError(
+        "stacking tensordicts requires them to have congruent batch sizes, got "
+        f"td[{position}].batch_size={tds[position].batch_size} and td[0].batch_size={tds[0].batch_size}"
+    )
+
+
+def _stacked_names(first: Any, dim: int) -> Optional[list]:
+    names = first._names
+    if names is None:
+        return None
+    return names[:dim] + [None] + names[dim:]
+
+
+def _collect(tds: Sequence[Any], verb: str) -> tuple:
+    """``(inners, storages, same_sizes)``: the TensorDicts (a tensorclass's inner one) and their storages.
+
+    ``same_sizes`` tells whether every storage has as many keys as the first.
+    """
+    inners = []
+    storages = []
+    for td in tds:
+        storage = getattr(td, "_tensordict", None)
+        if type(storage) is not dict:
+            if not isinstance(td, TensorCollection):
+                raise TypeError(
+                    f"torch.{verb} of TensorDicts got an element that is not a TensorDict: "
+                    f"{[type(item).__name__ for item in tds]}."
+                )
+            td = storage  # a tensorclass: the TensorDict of its fields
+            storage = td._tensordict
+        inners.append(td)
+        storages.append(storage)
+    count = len(storages[0])
+    same_sizes = True
+    for storage in storages:
+        if len(storage) != count:
+            same_sizes = False
+    return inners, storages, same_sizes
+
+
+def stack(tds: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+    """Stack TensorDicts (or tensorclasses) along a new batch dim ``dim``; the leaves are copied.
+
+    >>> import torch
+    >>> from torchdict import TensorDict
+    >>> tds = [TensorDict({"a": torch.zeros(3, 5)}, batch_size=[3]) for _ in range(2)]
+    >>> stack(tds, 1)["a"].shape
+    torch.Size([3, 2, 5])
+    """
+    if not len(tds):
+        raise RuntimeError("stack expects a non-empty TensorList")
+    inners, storages, same_sizes = _collect(tds, "stack")
+    first_inner = inners[0]
+    batch = first_inner._batch_size
+    for inner in inners:
+        if inner._batch_size != batch:
+            raise _incongruent_error(inners, [item._batch_size for item in inners].index(inner._batch_size))
+    if not same_sizes:
+        raise _exclusive_keys_error()
+    n_batch = len(batch)
+    if not -n_batch - 1 <= dim <= n_batch:
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-n_batch - 1}, {n_batch}], but got {dim})"
+        )
+    if dim < 0:
+        dim += n_batch + 1
+    new_batch = _Size((*batch[:dim], len(inners), *batch[dim:])) if dim else _Size((len(inners), *batch))
+    if out is not None:
+        out_inner = unwrap(out)
+        if out_inner._batch_size != new_batch:
+            raise RuntimeError(
+                f"the out tensordict has batch size {out_inner._batch_size}, expected {new_batch} for the stack"
+            )
+        _stack_storage(storages, dim, n_batch, new_batch, out_inner._tensordict)
+        return out
+    storage = _stack_storage(storages, dim, n_batch, new_batch, None)
+    device = first_inner._device
+    if device is None:
+        device = _merged_device(inners)
+    names = None if first_inner._names is None else _stacked_names(first_inner, dim)
+    result = first_inner._new_unsafe(storage, new_batch, device, names)
+    first = tds[0]
+    return result if first is first_inner else rewrap(first, result)
+
+
+# --------------------------------------------------------------------------- cat
+
+
+def _cat_keys_error(storages: list) -> KeyError:
+    first = sorted(storages[0])
+    for position, storage in enumerate(storages):
+        if storage.keys() != storages[0].keys():
+            return KeyError(
+                f"tensordict {position} has keys {sorted(storage)} but tensordict 0 has keys {first}; "
+                "all tensordicts must have the same keys"
+            )
+    return KeyError("all tensordicts must have the same keys")
+
+
+def _cat_storage(storages: list, dim: int, n_batch: int, new_batch: torch.Size, out: Optional[dict]) -> dict:
+    """Concatenate key by key; the caller has checked that every storage has as many keys as the first."""
+    result = {} if out is None else out
+    for key, leaf in storages[0].items():
+        try:
+            leaves = [storage[key] for storage in storages]
+        except KeyError:
+            raise _cat_keys_error(storages) from None
+        if isinstance(leaf, _Tensor):
+            try:
+                if out is not None and isinstance(out.get(key), _Tensor):
+                    torch.cat(leaves, dim, out=out[key])
+                    continue
+                result[key] = torch.cat(leaves, dim)
+            except (RuntimeError, TypeError) as error:
+                raise _combine_error(key, leaves, "cat", error) from error
+        elif isinstance(leaf, TensorCollection):
+            if not all(isinstance(item, TensorCollection) for item in leaves):
+                raise _combine_error(key, leaves, "cat", TypeError())
+            inners = [unwrap(item) for item in leaves]
+            extra = inners[0]._batch_size[n_batch:]
+            for inner in inners:
+                if inner._batch_size[n_batch:] != extra:
+                    raise RuntimeError(
+                        f"cannot cat the sub-tensordicts at key {key!r}: their batch sizes "
+                        f"{[item._batch_size for item in inners]} differ beyond the parent's batch dims"
+                    )
+            cat_batch = new_batch + extra
+            if not _same_sizes([item._tensordict for item in inners]):
+                raise _cat_keys_error([item._tensordict for item in inners])
+            target = out.get(key) if out is not None else None
+            if isinstance(target, TensorCollection):
+                _cat_storage([item._tensordict for item in inners], dim, n_batch, cat_batch,
+                             unwrap(target)._tensordict)
+                continue
+            storage = _cat_storage([item._tensordict for item in inners], dim, n_batch, cat_batch, None)
+            result[key] = rewrap(leaf, inners[0]._new_unsafe(storage, cat_batch, _merged_device(inners)))
+        else:
+            if not all(type(item) in _NON_TENSOR for item in leaves):
+                raise _combine_error(key, leaves, "cat", TypeError())
+            result[key] = _cat_non_tensor(leaves, dim)
+    return result
+
+
+def _cat_non_tensor(leaves: list, dim: int) -> Any:
+    """One shared value stays a NonTensorData (as upstream); otherwise a NonTensorStack."""
+    first = leaves[0]
+    if all(type(leaf) is NonTensorData for leaf in leaves) and all(
+            same_value(leaf.data, first.data) for leaf in leaves):
+        sizes = list(first.batch_size)
+        sizes[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
+        return NonTensorData(first.data, sizes, first.device)
+    return combine_non_tensor(leaves, lambda grids: torch.cat(grids, dim))
+
+
+def cat(tds: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+    """Concatenate TensorDicts (or tensorclasses) along batch dim ``dim``.
+
+    >>> import torch
+    >>> from torchdict import TensorDict
+    >>> tds = [TensorDict({"a": torch.zeros(3, 5)}, batch_size=[3]) for _ in range(2)]
+    >>> cat(tds, 0)["a"].shape
+    torch.Size([6, 5])
+    """
+    if not len(tds):
+        raise ValueError("torch.cat(): expected a non-empty list of Tensors")
+    inners, storages, same_sizes = _collect(tds, "cat")
+    first_inner = inners[0]
+    batch = first_inner._batch_size
+    n_batch = len(batch)
+    if not -n_batch <= dim < n_batch:
+        raise RuntimeError(
+            f"dim must be in the range 0 <= dim < len(batch_size), got dim={dim} and batch_size={list(batch)}"
+        )
+    if dim < 0:
+        dim += n_batch
+    total = 0
+    for inner in inners:
+        other = inner._batch_size
+        if other != batch and (len(other) != n_batch or other[:dim] != batch[:dim]
+                               or other[dim + 1:] != batch[dim + 1:]):
+            # torch's own message, worded for the batch shapes.
+            torch.cat([batch_probe(item._batch_size) for item in inners], dim)
+            raise RuntimeError(f"cannot cat tensordicts of batch sizes {[item._batch_size for item in inners]}")
+        total += other[dim]
+    if not same_sizes:
+        raise _cat_keys_error(storages)
+    new_batch = _Size((*batch[:dim], total, *batch[dim + 1:]))
+    if out is not None:
+        out_inner = unwrap(out)
+        if out_inner._batch_size != new_batch:
+            raise RuntimeError(
+                f"the out tensordict has batch size {out_inner._batch_size}, expected {new_batch} for the cat"
+            )
+        _cat_storage(storages, dim, n_batch, new_batch, out_inner._tensordict)
+        return out
+    storage = _cat_storage(storages, dim, n_batch, new_batch, None)
+    device = first_inner._device
+    if device is None:
+        device = _merged_device(inners)
+    result = first_inner._new_unsafe(storage, new_batch, device, first_inner._names)
+    first = tds[0]
+    return result if first is first_inner else rewrap(first, result)
+
+
+TORCH_FUNCTIONS[torch.stack] = stack
+TORCH_FUNCTIONS[torch.cat] = cat
+TORCH_FUNCTIONS[torch.concat] = cat
+TORCH_FUNCTIONS[torch.concatenate] = cat
+
+
+# --------------------------------------------------------------------------- *_like
+
+
+def _like(make: Callable[..., torch.Tensor]) -> Callable:
+    def handler(td: Any, *args: Any, **kwargs: Any) -> Any:
+        device = kwargs.get("device")
+        result = map_batch(td, lambda leaf: make(leaf, *args, **kwargs), td._batch_size)
+        if device is not None:
+            from ._convert import parse_device
+
+            result._device = parse_device(device)
+        result._names = td._names
+        return result
+
+    return handler
+
+
+for _function in (torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like,
+                  torch.randn_like):
+    TORCH_FUNCTIONS[_function] = _like(_function)
+
+
+# --------------------------------------------------------------------------- methods by name
+
+for _function, _method in (
+    (torch.unbind, "unbind"),
+    (torch.split, "split"),
+    (torch.chunk, "chunk"),
+    (torch.tensor_split, "tensor_split"),
+    (torch.squeeze, "squeeze"),
+    (torch.unsqueeze, "unsqueeze"),
+    (torch.permute, "permute"),
+    (torch.flatten, "flatten"),
+    (torch.unflatten, "unflatten"),
+    (torch.reshape, "reshape"),
+    (torch.transpose, "transpose"),
+    (torch.swapaxes, "transpose"),
+    (torch.swapdims, "transpose"),
+    (torch.movedim, "movedim"),
+    (torch.moveaxis, "movedim"),
+    (torch.flip, "flip"),
+    (torch.roll, "roll"),
+    (torch.narrow, "narrow"),
+    (torch.gather, "gather"),
+    (torch.clone, "clone"),
+):
+    dispatch_to_method(_function, _method, rename={"split_size_or_sections": "split_size"})
+
+
+@implements(torch.where)
+def _where(condition: Any, input: Any = None, other: Any = None, *, out: Any = None) -> Any:
+    """``torch.where(condition, td, other)`` -> ``td.where(condition, other)``."""
+    kwargs = {} if out is None else {"out": out}
+    if isinstance(input, TensorCollection):
+        return input.where(condition, other, **kwargs)
+    if isinstance(other, TensorCollection):
+        return other.where(~condition if isinstance(condition, _Tensor) else condition.logical_not(), input,
+                           **kwargs)
+    raise TypeError("torch.where with a TensorDict condition needs a TensorDict input or other.")
+
+
+# --------------------------------------------------------------------------- the mixin
 
 
 class TorchFunctionMixin:
     __slots__ = ()
+
+    @classmethod
+    def __torch_function__(cls, func: Callable, types: tuple, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        handler = TORCH_FUNCTIONS.get(func)
+        if handler is None:
+            return NotImplemented
+        if kwargs:
+            return handler(*args, **kwargs)
+        return handler(*args)
+
+    @classmethod
+    def stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+        """Stack TensorDicts along a new batch dim (dense: the leaves are copied).
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict.stack([TensorDict(a=0), TensorDict(a=1)])["a"]
+        tensor([0, 1])
+        """
+        return stack(input, dim, out=out)
+
+    @classmethod
+    def cat(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+        """Concatenate TensorDicts along batch dim ``dim``.
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict.cat([TensorDict(a=torch.zeros(2), batch_size=[2])] * 2).batch_size
+        torch.Size([4])
+        """
+        return cat(input, dim, out=out)
+
+    concat = cat

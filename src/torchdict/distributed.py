@@ -3,7 +3,7 @@
 Default ("packed") point-to-point protocol, all messages on one tag:
 
 1. sender -> receiver: a header of 8 int64 (magic, version, status, structure
-   fingerprint, leaf count, JSON length, description length, 0);
+   fingerprint, leaf count, JSON length, length of a failure message, 0);
 2. receiver -> sender: an ack of 3 int64 (magic, status, length of what follows);
 3. only when both fingerprints agree, the payload: the small leaves packed into
    one byte buffer (per dtype, with ``flatten_dense_tensors``), then each leaf of
@@ -16,8 +16,10 @@ A failure on either side before the payload (a value JSON can't encode, a leaf
 that can't be written in place) is reported to the peer the same way. Every wait
 is bounded by the process group's timeout.
 
-The message layout (the "plan") is computed by each side from its own leaves;
-the fingerprint check guarantees both plans are the same.
+The fingerprint (a 64-bit hash of every leaf's key path, dtype and shape) and the
+message layout come from one pass over each side's own leaves (:class:`_Survey`);
+equal fingerprints guarantee equal layouts. The readable description of the
+structure is only built on a mismatch, to word the error.
 
 ``per_leaf=True`` speaks upstream tensordict's protocol instead: one message per
 tensor leaf in sorted-key order, tags ``init_tag, init_tag + 1, ...``.
@@ -78,39 +80,38 @@ def _show_key(path: Sequence[str]) -> str:
     return repr(path[0]) if len(path) == 1 else repr(tuple(path))
 
 
-def _check_sendable(path: tuple, value: _Tensor) -> None:
-    if value.layout is not torch.strided or value.is_nested or value.is_quantized:
-        raise TypeError(
-            f"Cannot transfer {_show_key(path)}: only dense (strided) tensors can be sent, got a "
-            f"{'nested' if value.is_nested else 'quantized' if value.is_quantized else value.layout} tensor."
-        )
+def _refuse(path: tuple, value: _Tensor) -> None:
+    kind = "nested" if value.is_nested else "quantized" if value.is_quantized else str(value.layout)
+    raise TypeError(
+        f"Cannot transfer {_show_key(path)}: only dense (strided) tensors can be sent, got a {kind} tensor."
+    )
+
+
+_DTYPE_NAMES: dict = {}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)[6:]
+    return name
 
 
 def _describe(leaves: list) -> list:
-    """The structure as JSON-ready entries ``[path, dtype or "non-tensor", shape]``."""
+    """The structure as JSON-ready entries ``[path, dtype or "non-tensor", shape]`` (for error messages)."""
     entries = []
     for path, value, _, _ in leaves:
         if isinstance(value, _Tensor):
-            _check_sendable(path, value)
-            entries.append([list(path), str(value.dtype)[6:], list(value.shape)])
+            entries.append([list(path), _dtype_name(value.dtype), list(value.shape)])
         else:
             entries.append([list(path), "non-tensor", list(value.batch_size)])
     return entries
 
 
-def _fingerprint(description: bytes) -> int:
-    import hashlib
-
-    return int.from_bytes(hashlib.blake2b(description, digest_size=8).digest(), "little", signed=True)
-
-
-def _structure(leaves: list) -> tuple:
-    """``(entries, description bytes, fingerprint)`` of a list of leaves."""
+def _description_bytes(leaves: list) -> bytes:
     import json
 
-    entries = _describe(leaves)
-    description = json.dumps(entries, separators=(",", ":")).encode()
-    return entries, description, _fingerprint(description)
+    return json.dumps(_describe(leaves), separators=(",", ":")).encode()
 
 
 def _difference(mine: list, theirs: list, my_name: str, their_name: str) -> str:
@@ -138,47 +139,83 @@ def _difference(mine: list, theirs: list, my_name: str, their_name: str) -> str:
     return "; ".join(parts) or "the structures differ"
 
 
-# --------------------------------------------------------------------- the message plan
-class _Plan:
-    """How the leaves travel: packs of small leaves, direct large leaves, non-tensor JSON.
+# --------------------------------------------------------------------- the survey: fingerprint + plan
+def _lay_out(groups: dict, group_bytes: dict) -> tuple:
+    """``(total bytes, [(dtype, leaf indices, byte offset, nbytes), ...])`` of one pack."""
+    laid_out = []
+    offset = 0
+    for dtype, indices in groups.items():
+        nbytes = group_bytes[dtype]
+        laid_out.append((dtype, indices, offset, nbytes))
+        offset += -(-nbytes // _ALIGN) * _ALIGN
+    return offset, laid_out
+
+
+class _Survey:
+    """One pass over the leaves: the structure fingerprint and how the leaves travel.
 
     ``packs`` holds ``(nbytes, groups)`` with ``groups`` a list of
-    ``(dtype, leaf indices, byte offset, nbytes)``; ``direct`` and ``non_tensor``
-    hold leaf indices.
+    ``(dtype, leaf indices, byte offset, nbytes)``: the small leaves of one dtype,
+    flattened one after the other. ``direct`` lists the leaves of at least
+    ``_DIRECT_MIN_BYTES`` (one message each), ``non_tensor`` the non-tensor values.
+    Raises TypeError for a tensor with no flat byte representation (sparse, nested,
+    quantized).
     """
 
-    __slots__ = ("packs", "direct", "non_tensor")
+    __slots__ = ("leaves", "fingerprint", "packs", "direct", "non_tensor", "strided")
 
     def __init__(self, leaves: list) -> None:
+        import hashlib
+        import json
+        from array import array
+
+        self.leaves = leaves
         self.packs: list = []
         self.direct: list = []
         self.non_tensor: list = []
-        current: dict = {}
-        current_bytes = 0
-        for index, (_, value, _, _) in enumerate(leaves):
-            if not isinstance(value, _Tensor):
+        self.strided: list = []  # non-contiguous tensor leaves (the only ones that can be expanded)
+        kinds = []
+        dims = array("q")
+        groups: dict = {}
+        group_bytes: dict = {}
+        pack_bytes = 0
+        strided = torch.strided
+        for index, (path, value, _, _) in enumerate(leaves):
+            if isinstance(value, _Tensor):
+                if value.layout is not strided or value.is_quantized or value.is_nested:
+                    _refuse(path, value)
+                dtype = value.dtype
+                shape = value.shape
+                kinds.append(_dtype_name(dtype))
+                if not value.is_contiguous():
+                    self.strided.append(index)
+                nbytes = value.numel() * dtype.itemsize
+                if nbytes >= _DIRECT_MIN_BYTES:
+                    self.direct.append(index)
+                else:
+                    if groups and pack_bytes + nbytes > _PACK_MAX_BYTES:
+                        self.packs.append(_lay_out(groups, group_bytes))
+                        groups, group_bytes, pack_bytes = {}, {}, 0
+                    members = groups.get(dtype)
+                    if members is None:
+                        groups[dtype] = [index]
+                        group_bytes[dtype] = nbytes
+                    else:
+                        members.append(index)
+                        group_bytes[dtype] += nbytes
+                    pack_bytes += nbytes
+            else:
+                shape = value.batch_size
+                kinds.append("non-tensor")
                 self.non_tensor.append(index)
-                continue
-            nbytes = value.numel() * value.element_size()
-            if nbytes >= _DIRECT_MIN_BYTES:
-                self.direct.append(index)
-                continue
-            if current and current_bytes + nbytes > _PACK_MAX_BYTES:
-                self._close_pack(current, leaves)
-                current, current_bytes = {}, 0
-            current.setdefault(value.dtype, []).append(index)
-            current_bytes += nbytes
-        if current:
-            self._close_pack(current, leaves)
-
-    def _close_pack(self, groups: dict, leaves: list) -> None:
-        laid_out = []
-        offset = 0
-        for dtype, indices in groups.items():
-            nbytes = sum(leaves[i][1].numel() for i in indices) * dtype.itemsize
-            laid_out.append((dtype, indices, offset, nbytes))
-            offset += -(-nbytes // _ALIGN) * _ALIGN
-        self.packs.append((offset, laid_out))
+            dims.append(len(shape))
+            dims.extend(shape)
+        if groups:
+            self.packs.append(_lay_out(groups, group_bytes))
+        # Keys are hashed through JSON (unambiguous for any string), shapes as raw int64s.
+        digest = hashlib.blake2b(json.dumps([[leaf[0] for leaf in leaves], kinds]).encode(), digest_size=8)
+        digest.update(dims.tobytes())
+        self.fingerprint = int.from_bytes(digest.digest(), "little", signed=True)
 
 
 def _flatten_group(tensors: list, device: torch.device) -> _Tensor:
@@ -188,7 +225,11 @@ def _flatten_group(tensors: list, device: torch.device) -> _Tensor:
     if any(tensor.device != device for tensor in tensors):
         tensors = [tensor.to(device) for tensor in tensors]
     with torch.no_grad():
-        return flatten_dense_tensors(tensors)
+        flat = flatten_dense_tensors(tensors)
+    # Several tensors are concatenated (materialising conj/neg views); a lone one comes back as a view.
+    if flat.is_conj() or flat.is_neg():
+        flat = flat.resolve_conj().resolve_neg()
+    return flat
 
 
 def _pack(pack: tuple, leaves: list, device: torch.device) -> _Tensor:
@@ -212,12 +253,8 @@ def _unpack(pack: tuple, buffer: _Tensor, leaves: list) -> None:
         for dtype, indices, offset, nbytes in pack[1]:
             typed = buffer[offset:offset + nbytes].view(dtype)
             targets = [leaves[i][1] for i in indices]
-            sources = unflatten_dense_tensors(typed, targets)
-            if all(target.device == typed.device for target in targets):
-                torch._foreach_copy_(targets, sources)
-            else:
-                for target, source in zip(targets, sources):
-                    target.copy_(source)
+            # One C++ call per group; foreach falls back to per-pair copies across devices.
+            torch._foreach_copy_(targets, unflatten_dense_tensors(typed, targets))
 
 
 def _send_view(value: _Tensor, device: torch.device) -> _Tensor:
@@ -230,6 +267,10 @@ def _send_view(value: _Tensor, device: torch.device) -> _Tensor:
     if value.is_neg():
         value = value.resolve_neg()
     return value.contiguous().view(-1).view(torch.uint8)
+
+
+def _shares_memory(a: _Tensor, b: _Tensor) -> bool:
+    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def _writable_in_place(value: _Tensor, device: torch.device) -> bool:
@@ -249,15 +290,17 @@ def _recv_target(value: _Tensor, device: torch.device) -> tuple:
     return scratch, copy_back
 
 
-def _overlapping_leaf(leaves: list) -> Optional[str]:
-    """A complaint about the first leaf that can't be written in place (an expanded tensor), if any."""
-    for path, value, _, _ in leaves:
-        if isinstance(value, _Tensor) and any(
-            stride == 0 and size > 1 for stride, size in zip(value.stride(), value.shape)
-        ):
+def _expanded_leaf(leaves: list, indices: Sequence[int]) -> Optional[str]:
+    """A complaint about the first of ``indices`` that can't be written in place (an expanded tensor), if any.
+
+    Only non-contiguous leaves can be expanded, so callers pass those.
+    """
+    for index in indices:
+        path, value = leaves[index][0], leaves[index][1]
+        if any(stride == 0 and size > 1 for stride, size in zip(value.stride(), value.shape)):
             return (
-                f"the leaf {_show_key(path)} is expanded (stride 0), so values can't be written into it in "
-                "place; clone it first"
+                f"Cannot write into {_show_key(path)}: it is expanded (stride 0), so values can't be written "
+                "into it in place; clone it first."
             )
     return None
 
@@ -475,29 +518,36 @@ class TransferHandle:
 
 
 # --------------------------------------------------------------------- packed point-to-point
-class _Outgoing:
-    """Everything the sender computes before talking: structure, fingerprint, payload buffers."""
-
-    def __init__(self, td: Any, device: torch.device) -> None:
-        leaves = _walk(td, (), [])
-        self.n_leaves = len(leaves)
-        self.entries, self.description, self.fingerprint = _structure(leaves)
-        plan = _Plan(leaves)
-        self.json = _encode_non_tensor(leaves, plan.non_tensor)
-        buffers = [_pack(pack, leaves, device) for pack in plan.packs]
-        buffers += [_send_view(leaves[index][1], device) for index in plan.direct]
-        if self.json:
-            buffers.append(_bytes_to_tensor(self.json, device))
-        self.buffers = buffers
-
-
 def _failure_text(error: BaseException) -> bytes:
     return f"{type(error).__name__}: {error}".encode()
 
 
-def _send_packed(td: Any, channel: _Channel, early: bool) -> Optional[TransferHandle]:
+def _payload(survey: _Survey, device: torch.device, snapshot: bool) -> tuple:
+    """``(buffers to send in order, JSON bytes)``: packs, then direct leaves, then the JSON.
+
+    With ``snapshot`` a pack that is a lone leaf (sent from its own memory otherwise)
+    is copied, so the caller may modify small leaves while an asynchronous send runs.
+    """
+    leaves = survey.leaves
+    json_bytes = _encode_non_tensor(leaves, survey.non_tensor)
+    buffers = []
+    for pack in survey.packs:
+        buffer = _pack(pack, leaves, device)
+        groups = pack[1]
+        if snapshot and len(groups) == 1 and len(groups[0][1]) == 1 and _shares_memory(
+                buffer, leaves[groups[0][1][0]][1]):
+            buffer = buffer.clone()
+        buffers.append(buffer)
+    buffers += [_send_view(leaves[index][1], device) for index in survey.direct]
+    if json_bytes:
+        buffers.append(_bytes_to_tensor(json_bytes, device))
+    return buffers, json_bytes
+
+
+def _send_packed(leaves: list, channel: _Channel, early: bool) -> Optional[TransferHandle]:
     try:
-        outgoing = _Outgoing(td, channel.device)
+        survey = _Survey(leaves)
+        buffers, json_bytes = _payload(survey, channel.device, snapshot=early)
     except Exception as error:
         # Tell the receiver, so it raises too instead of waiting for data that never comes.
         message = _failure_text(error)
@@ -508,66 +558,64 @@ def _send_packed(td: Any, channel: _Channel, early: bool) -> Optional[TransferHa
             pass
         raise
     if early:
-        return TransferHandle(lambda: _exchange_as_sender(channel, outgoing))
-    _exchange_as_sender(channel, outgoing)
+        return TransferHandle(lambda: _exchange_as_sender(channel, survey, buffers, len(json_bytes)))
+    _exchange_as_sender(channel, survey, buffers, len(json_bytes))
     return None
 
 
-def _exchange_as_sender(channel: _Channel, outgoing: _Outgoing) -> None:
-    channel.send_ints([_MAGIC, _VERSION, _OK, outgoing.fingerprint, outgoing.n_leaves, len(outgoing.json),
-                       len(outgoing.description), 0])
+def _exchange_as_sender(channel: _Channel, survey: _Survey, buffers: list, json_nbytes: int) -> None:
+    channel.send_ints([_MAGIC, _VERSION, _OK, survey.fingerprint, len(survey.leaves), json_nbytes, 0, 0])
     magic, status, extra = channel.recv_ints(_ACK_LEN)
     if magic != _MAGIC:
         raise RuntimeError(f"send: {channel.name} answered with something that is not a torchdict ack.")
     if status == _OK:
-        for work in [channel.isend(buffer) for buffer in outgoing.buffers]:
+        for work in [channel.isend(buffer) for buffer in buffers]:
             work.wait()
         return
     if status == _MISMATCH:
         import json
 
-        channel.send_bytes(outgoing.description)
+        description = _description_bytes(survey.leaves)
+        channel.send_ints([len(description)])
+        channel.send_bytes(description)
         theirs = json.loads(channel.recv_bytes(extra).decode())
         raise StructureMismatchError(
             f"send to {channel.name}: structure mismatch, nothing was sent: "
-            f"{_difference(outgoing.entries, theirs, 'the sender', 'the receiver')}. Both sides need the same "
-            "keys, shapes and dtypes (non-tensor values may differ)."
+            f"{_difference(_describe(survey.leaves), theirs, 'the sender', 'the receiver')}. Both sides need "
+            "the same keys, shapes and dtypes (non-tensor values may differ)."
         )
     reason = channel.recv_bytes(extra).decode(errors="replace")
     raise RuntimeError(f"send to {channel.name}: the receiver refused the TensorDict: {reason}")
 
 
 class _Incoming:
-    """The receiver's side: its structure, and the buffers the payload lands in."""
+    """The receiver's side: its survey, any reason it can't receive, and where the payload lands."""
 
-    def __init__(self, td: Any, device: torch.device) -> None:
-        self.leaves = _walk(td, (), [])
+    def __init__(self, leaves: list, device: torch.device) -> None:
+        self.leaves = leaves
         self.device = device
         self.problem: Optional[BaseException] = None
-        self.entries: list = []
-        self.description = b""
-        self.fingerprint = 0
+        self.survey: Optional[_Survey] = None
         try:
-            self.entries, self.description, self.fingerprint = _structure(self.leaves)
-            overlap = _overlapping_leaf(self.leaves)
-            if overlap:
-                raise RuntimeError(f"Cannot receive into this TensorDict: {overlap}.")
+            self.survey = _Survey(leaves)
+            complaint = _expanded_leaf(leaves, self.survey.strided)
+            if complaint:
+                raise RuntimeError(complaint)
         except Exception as error:
             self.problem = error
-        self.plan = _Plan(self.leaves) if self.problem is None else None
         self.pack_buffers: list = []
         self.copy_backs: list = []
         self.json = b""
 
     def receive(self, channel: _Channel, json_nbytes: int) -> None:
         """Post every receive of the payload (direct leaves land in place) and wait for them."""
-        device, plan = self.device, self.plan
+        device, survey = self.device, self.survey
         targets = []
-        for total, _ in plan.packs:
+        for total, _ in survey.packs:
             buffer = torch.empty(total, dtype=torch.uint8, device=device)
             self.pack_buffers.append(buffer)
             targets.append(buffer)
-        for index in plan.direct:
+        for index in survey.direct:
             target, copy_back = _recv_target(self.leaves[index][1], device)
             targets.append(target)
             if copy_back is not None:
@@ -583,15 +631,16 @@ class _Incoming:
 
     def finish(self) -> None:
         """Write what arrived into the TensorDict (packed leaves, copied-back leaves, non-tensor values)."""
-        for pack, buffer in zip(self.plan.packs, self.pack_buffers):
+        for pack, buffer in zip(self.survey.packs, self.pack_buffers):
             _unpack(pack, buffer, self.leaves)
         for copy_back in self.copy_backs:
             copy_back()
-        _set_non_tensor(self.leaves, self.plan.non_tensor, _decode_non_tensor(self.json))
+        if self.survey.non_tensor:
+            _set_non_tensor(self.leaves, self.survey.non_tensor, _decode_non_tensor(self.json))
 
 
-def _recv_packed(td: Any, channel: _Channel, premature: bool) -> Optional[TransferHandle]:
-    incoming = _Incoming(td, channel.device)
+def _recv_packed(leaves: list, channel: _Channel, premature: bool) -> Optional[TransferHandle]:
+    incoming = _Incoming(leaves, channel.device)
     if premature:
         return TransferHandle(lambda: _exchange_as_receiver(channel, incoming), finish=incoming.finish)
     _exchange_as_receiver(channel, incoming)
@@ -617,16 +666,18 @@ def _exchange_as_receiver(channel: _Channel, incoming: _Incoming) -> None:
         channel.send_ints([_MAGIC, _FAILED, len(message)])
         channel.send_bytes(message)
         raise incoming.problem
-    if fingerprint != incoming.fingerprint:
+    if fingerprint != incoming.survey.fingerprint:
         import json
 
-        channel.send_ints([_MAGIC, _MISMATCH, len(incoming.description)])
-        theirs = json.loads(channel.recv_bytes(extra).decode())
-        channel.send_bytes(incoming.description)
+        description = _description_bytes(incoming.leaves)
+        channel.send_ints([_MAGIC, _MISMATCH, len(description)])
+        (their_length,) = channel.recv_ints(1)
+        theirs = json.loads(channel.recv_bytes(their_length).decode())
+        channel.send_bytes(description)
         raise StructureMismatchError(
             f"recv from {channel.name}: structure mismatch, nothing was received and the TensorDict is "
-            f"unchanged: {_difference(incoming.entries, theirs, 'the receiver', 'the sender')}. Both sides "
-            "need the same keys, shapes and dtypes (non-tensor values may differ)."
+            f"unchanged: {_difference(_describe(incoming.leaves), theirs, 'the receiver', 'the sender')}. "
+            "Both sides need the same keys, shapes and dtypes (non-tensor values may differ)."
         )
     channel.send_ints([_MAGIC, _OK, 0])
     incoming.receive(channel, json_nbytes)
@@ -663,9 +714,9 @@ def _recv_per_leaf(td: Any, dist: Any, src: Optional[int], group_src: Optional[i
                    init_tag: int, pseudo_rand: bool) -> tuple:
     """Post one irecv per tensor leaf (into the leaf when it is contiguous); returns ``(works, last tag)``."""
     leaves = _tensor_leaves(td)
-    overlap = _overlapping_leaf(leaves)
-    if overlap:
-        raise RuntimeError(f"Cannot receive into this TensorDict: {overlap}.")
+    complaint = _expanded_leaf(leaves, [i for i, leaf in enumerate(leaves) if not leaf[1].is_contiguous()])
+    if complaint:
+        raise RuntimeError(complaint)
     tags = _tags(init_tag, pseudo_rand, len(leaves))
     works = []
     for (_, value, _, _), tag in zip(leaves, tags):
@@ -693,11 +744,11 @@ def _mode(per_leaf: bool, consolidated: Optional[bool]) -> bool:
 
 def _p2p_channel(td: Any, peer: Optional[int], group_peer: Optional[int], group: Any, init_tag: int,
                  pseudo_rand: bool) -> tuple:
+    """``(channel, leaves)`` for a packed transfer with ``peer``."""
     dist = _dist()
     leaves = _walk(td, (), [])
     tag = _next_pseudo_tag(init_tag) if pseudo_rand else init_tag
-    channel = _Channel(dist, peer, group_peer, group, tag, _comm_device(dist, group, leaves, td))
-    return channel, len(leaves)
+    return _Channel(dist, peer, group_peer, group, tag, _comm_device(dist, group, leaves, td)), leaves
 
 
 # --------------------------------------------------------------------- collectives
@@ -723,126 +774,143 @@ def _gather_bytes(dist: Any, group: Any, data: bytes, lengths: list, device: tor
     return [_tensor_to_bytes(row[:length]) for row, length in zip(gathered, lengths)]
 
 
-def _agree(dist: Any, group: Any, device: torch.device, op_name: str, fingerprint: int, entries: list,
-           description: bytes, problem: Optional[BaseException], payload_len: int, reference: int) -> list:
-    """All-gather ``[fingerprint, payload_len, report length, failed]`` from every rank; raise everywhere if
-    a rank failed or its structure differs from the ``reference`` rank's. Returns the per-rank rows."""
-    report = _failure_text(problem) if problem is not None else description
-    mine = torch.tensor([fingerprint, payload_len, len(report), int(problem is not None)], dtype=torch.int64,
-                        device=device)
-    world = dist.get_world_size(group)
-    gathered = torch.empty(world, 4, dtype=torch.int64, device=device)
+def _gather_ints(dist: Any, group: Any, values: list, device: torch.device) -> list:
+    mine = torch.tensor(values, dtype=torch.int64, device=device)
+    gathered = torch.empty(dist.get_world_size(group), len(values), dtype=torch.int64, device=device)
     dist.all_gather(list(gathered.unbind(0)), mine, group=group)
-    rows = gathered.tolist()
-    failed = [rank for rank, row in enumerate(rows) if row[3]]
-    differing = [rank for rank, row in enumerate(rows) if row[0] != rows[reference][0]]
-    if not failed and not differing:
-        return rows
-    reports = _gather_bytes(dist, group, report, [row[2] for row in rows], device)
-    if problem is not None:
-        raise problem
-    if failed:
-        reasons = "; ".join(f"{_rank_name(dist, group, rank)}: {reports[rank].decode(errors='replace')}"
-                            for rank in failed)
-        raise RuntimeError(f"{op_name}: nothing was exchanged because a rank failed first ({reasons}).")
-    import json
-
-    me = dist.get_rank(group)
-    other = reference if me != reference else differing[0]
-    detail = _difference(entries, json.loads(reports[other].decode()), "this rank", _rank_name(dist, group, other))
-    names = ", ".join(_rank_name(dist, group, rank) for rank in differing)
-    raise StructureMismatchError(
-        f"{op_name}: structure mismatch, nothing was exchanged: {names} differ from "
-        f"{_rank_name(dist, group, reference)}; {detail}. Every rank needs the same keys, shapes and dtypes."
-    )
+    return gathered.tolist()
 
 
-def _prepare_collective(td: Any, group: Any, tensors_only: bool = False) -> tuple:
-    dist = _dist()
-    leaves = _walk(td, (), [])
-    if tensors_only:
-        leaves = [leaf for leaf in leaves if isinstance(leaf[1], _Tensor)]
-    device = _comm_device(dist, group, leaves, td)
-    problem = None
-    entries, description, fingerprint = [], b"", 0
-    try:
-        entries, description, fingerprint = _structure(leaves)
-    except Exception as error:
-        problem = error
-    return dist, leaves, device, entries, description, fingerprint, problem
+class _Collective:
+    """What every collective does first: survey the local leaves, then agree with every rank.
+
+    :meth:`agree` all-gathers ``[fingerprint, payload length, failed]``; if a rank
+    failed (or its structure differs from the ``reference`` rank's), the reasons (or
+    structure descriptions) are all-gathered too and every rank raises: nobody is
+    left waiting in a collective the others skipped.
+    """
+
+    def __init__(self, td: Any, group: Any, op_name: str, tensors_only: bool = False) -> None:
+        self.dist = _dist()
+        self.group = group
+        self.op_name = op_name
+        leaves = _walk(td, (), [])
+        if tensors_only:
+            leaves = [leaf for leaf in leaves if isinstance(leaf[1], _Tensor)]
+        self.leaves = leaves
+        self.device = _comm_device(self.dist, group, leaves, td)
+        self.problem: Optional[BaseException] = None
+        self.survey: Optional[_Survey] = None
+        try:
+            self.survey = _Survey(leaves)
+        except Exception as error:
+            self.problem = error
+
+    def check(self, step: Callable[[], Any]) -> Any:
+        """Run a local preparation step, remembering (not raising) its error until :meth:`agree`."""
+        if self.problem is None:
+            try:
+                return step()
+            except Exception as error:
+                self.problem = error
+        return None
+
+    def agree(self, payload_len: int, reference: int) -> list:
+        dist, group = self.dist, self.group
+        fingerprint = self.survey.fingerprint if self.survey is not None else 0
+        rows = _gather_ints(dist, group, [fingerprint, payload_len, int(self.problem is not None)], self.device)
+        failed = [rank for rank, row in enumerate(rows) if row[2]]
+        differing = [rank for rank, row in enumerate(rows) if row[0] != rows[reference][0]]
+        if not failed and not differing:
+            return rows
+        report = _failure_text(self.problem) if self.problem is not None else _description_bytes(self.leaves)
+        lengths = [row[0] for row in _gather_ints(dist, group, [len(report)], self.device)]
+        reports = _gather_bytes(dist, group, report, lengths, self.device)
+        if self.problem is not None:
+            raise self.problem
+        if failed:
+            reasons = "; ".join(f"{_rank_name(dist, group, rank)}: {reports[rank].decode(errors='replace')}"
+                                for rank in failed)
+            raise RuntimeError(f"{self.op_name}: nothing was exchanged because a rank failed first ({reasons}).")
+        import json
+
+        me = dist.get_rank(group)
+        other = reference if me != reference else differing[0]
+        detail = _difference(_describe(self.leaves), json.loads(reports[other].decode()), "this rank",
+                             _rank_name(dist, group, other))
+        names = ", ".join(_rank_name(dist, group, rank) for rank in differing)
+        raise StructureMismatchError(
+            f"{self.op_name}: structure mismatch, nothing was exchanged: {names} differ from "
+            f"{_rank_name(dist, group, reference)}; {detail}. Every rank needs the same keys, shapes and dtypes."
+        )
 
 
 def _broadcast(td: Any, src: int, group: Any) -> Any:
-    dist, leaves, device, entries, description, fingerprint, problem = _prepare_collective(td, group)
+    collective = _Collective(td, group, "broadcast")
+    dist, device, leaves = collective.dist, collective.device, collective.leaves
     is_src = dist.get_rank() == src
     reference = src if group is None else dist.get_group_rank(group, src)
-    plan = _Plan(leaves) if problem is None else None
     payload, json_bytes = [], b""
-    if problem is None and is_src:
-        try:
-            json_bytes = _encode_non_tensor(leaves, plan.non_tensor)
-            payload = [_pack(pack, leaves, device) for pack in plan.packs]
-            payload += [_send_view(leaves[index][1], device) for index in plan.direct]
-        except Exception as error:
-            problem = error
-    elif problem is None:
-        overlap = _overlapping_leaf(leaves)
-        if overlap:
-            problem = RuntimeError(f"Cannot receive into this TensorDict: {overlap}.")
-    rows = _agree(dist, group, device, "broadcast", fingerprint, entries, description, problem, len(json_bytes),
-                  reference)
+    if is_src:
+        prepared = collective.check(lambda: _payload(collective.survey, device, snapshot=False))
+        if prepared is not None:
+            payload, json_bytes = prepared
+    else:
+        collective.check(lambda: _raise_if(_expanded_leaf(leaves, collective.survey.strided)))
+    rows = collective.agree(len(json_bytes), reference)
+    survey = collective.survey
     json_nbytes = rows[reference][1]
     copy_backs = []
     if not is_src:
-        payload = [torch.empty(total, dtype=torch.uint8, device=device) for total, _ in plan.packs]
-        for index in plan.direct:
+        payload = [torch.empty(total, dtype=torch.uint8, device=device) for total, _ in survey.packs]
+        for index in survey.direct:
             target, copy_back = _recv_target(leaves[index][1], device)
             payload.append(target)
             if copy_back is not None:
                 copy_backs.append(copy_back)
-    if json_nbytes:
-        payload.append(_bytes_to_tensor(json_bytes, device) if is_src
-                       else torch.empty(json_nbytes, dtype=torch.uint8, device=device))
+        if json_nbytes:
+            payload.append(torch.empty(json_nbytes, dtype=torch.uint8, device=device))
     for work in [dist.broadcast(buffer, src=src, group=group, async_op=True) for buffer in payload]:
         work.wait()
     if not is_src:
-        for pack, buffer in zip(plan.packs, payload):
+        for pack, buffer in zip(survey.packs, payload):
             _unpack(pack, buffer, leaves)
         for copy_back in copy_backs:
             copy_back()
         if json_nbytes:
-            _set_non_tensor(leaves, plan.non_tensor, _decode_non_tensor(_tensor_to_bytes(payload[-1])))
+            _set_non_tensor(leaves, survey.non_tensor, _decode_non_tensor(_tensor_to_bytes(payload[-1])))
     return td
 
 
+def _raise_if(complaint: Optional[str]) -> None:
+    if complaint:
+        raise RuntimeError(complaint)
+
+
 def _all_reduce(td: Any, op: Any, group: Any, async_op: bool) -> Optional[List[TransferHandle]]:
-    dist, leaves, device, entries, description, fingerprint, problem = _prepare_collective(td, group, True)
-    if problem is None:
-        overlap = _overlapping_leaf(leaves)
-        if overlap:
-            problem = RuntimeError(f"Cannot reduce into this TensorDict: {overlap}.")
-    _agree(dist, group, device, "all_reduce", fingerprint, entries, description, problem, 0, 0)
+    collective = _Collective(td, group, "all_reduce", tensors_only=True)
+    dist, device, leaves = collective.dist, collective.device, collective.leaves
+    collective.check(lambda: _raise_if(_expanded_leaf(leaves, collective.survey.strided)))
+    collective.agree(0, 0)
     if op is None:
         op = dist.ReduceOp.SUM
-    plan = _Plan(leaves)
-    works, finishers = [], []
     from torch._C._nn import unflatten_dense_tensors
 
-    for _, groups in plan.packs:
+    works, finishers = [], []
+    for _, groups in collective.survey.packs:
         for _, indices, _, _ in groups:
             targets = [leaves[i][1] for i in indices]
             flat = _flatten_group(targets, device)
-            if len(targets) == 1 and flat.data_ptr() == targets[0].data_ptr() and flat.device == targets[0].device:
-                flat = flat.clone()  # a lone contiguous leaf is returned as a view; reduce a copy, then write back
             works.append(dist.all_reduce(flat, op=op, group=group, async_op=True))
+            if len(targets) == 1 and _shares_memory(flat, targets[0]):
+                continue  # a lone contiguous leaf is flattened as a view: it was reduced in place
 
             def write_back(flat: _Tensor = flat, targets: list = targets) -> None:
                 with torch.no_grad():
-                    for target, source in zip(targets, unflatten_dense_tensors(flat, targets)):
-                        target.copy_(source)
+                    torch._foreach_copy_(targets, unflatten_dense_tensors(flat, targets))
 
             finishers.append(write_back)
-    for index in plan.direct:
+    for index in collective.survey.direct:
         value = leaves[index][1]
         if _writable_in_place(value, device):
             works.append(dist.all_reduce(value.detach(), op=op, group=group, async_op=True))
@@ -863,26 +931,21 @@ def _all_reduce(td: Any, op: Any, group: Any, async_op: bool) -> Optional[List[T
 
 
 def _all_gather(td: Any, group: Any) -> Any:
-    dist, leaves, device, entries, description, fingerprint, problem = _prepare_collective(td, group)
-    plan = _Plan(leaves) if problem is None else None
-    json_bytes = b""
-    if problem is None:
-        try:
-            json_bytes = _encode_non_tensor(leaves, plan.non_tensor)
-        except Exception as error:
-            problem = error
-    rows = _agree(dist, group, device, "all_gather", fingerprint, entries, description, problem,
-                  len(json_bytes), 0)
+    collective = _Collective(td, group, "all_gather")
+    dist, device, leaves = collective.dist, collective.device, collective.leaves
+    json_bytes = collective.check(lambda: _encode_non_tensor(leaves, collective.survey.non_tensor)) or b""
+    rows = collective.agree(len(json_bytes), 0)
+    survey = collective.survey
     world = len(rows)
     results: dict = {}
     pending = []
     gathered_packs = []
-    for pack in plan.packs:
+    for pack in survey.packs:
         local = _pack(pack, leaves, device)
         gathered = torch.empty(world, pack[0], dtype=torch.uint8, device=device)
         pending.append(dist.all_gather(list(gathered.unbind(0)), local, group=group, async_op=True))
         gathered_packs.append((pack, gathered))
-    for index in plan.direct:
+    for index in survey.direct:
         value = leaves[index][1]
         stacked = torch.empty((world, *value.shape), dtype=value.dtype, device=device)
         rows_as_bytes = [row.view(-1).view(torch.uint8) for row in stacked.unbind(0)]
@@ -899,10 +962,10 @@ def _all_gather(td: Any, group: Any) -> Any:
                 numel = value.numel()
                 results[index] = typed[:, start:start + numel].reshape(world, *value.shape)
                 start += numel
-    if plan.non_tensor:
+    if survey.non_tensor:
         per_rank = [_decode_non_tensor(raw) for raw in _gather_bytes(dist, group, json_bytes,
                                                                       [row[1] for row in rows], device)]
-        for position, index in enumerate(plan.non_tensor):
+        for position, index in enumerate(survey.non_tensor):
             like = leaves[index][1]
             items = [_non_tensor_leaf(rank_items[position], like) for rank_items in per_rank]
             results[index] = combine_non_tensor(items, lambda grids: torch.stack(grids, 0))
@@ -960,8 +1023,8 @@ class DistributedMixin:
             for work in works:
                 work.wait()
             return None
-        channel, _ = _p2p_channel(self, dst, group_dst, group, init_tag, pseudo_rand)
-        _send_packed(self, channel, early=False)
+        channel, leaves = _p2p_channel(self, dst, group_dst, group, init_tag, pseudo_rand)
+        _send_packed(leaves, channel, early=False)
         return None
 
     def recv(self, src: Optional[int] = None, *, group: Any = None, group_src: Optional[int] = None,
@@ -986,9 +1049,9 @@ class DistributedMixin:
             for work in works:
                 work.wait()
             return last
-        channel, n_leaves = _p2p_channel(self, src, group_src, group, init_tag, pseudo_rand)
-        _recv_packed(self, channel, premature=False)
-        return _last_tag(init_tag, pseudo_rand, n_leaves)
+        channel, leaves = _p2p_channel(self, src, group_src, group, init_tag, pseudo_rand)
+        _recv_packed(leaves, channel, premature=False)
+        return _last_tag(init_tag, pseudo_rand, len(leaves))
 
     def isend(self, dst: Optional[int] = None, *, group: Any = None, group_dst: Optional[int] = None,
               init_tag: int = 0, pseudo_rand: bool = False, return_early: bool = False, per_leaf: bool = False,
@@ -1016,9 +1079,9 @@ class DistributedMixin:
             for work in works:
                 work.wait()
             return last
-        channel, n_leaves = _p2p_channel(self, dst, group_dst, group, init_tag, pseudo_rand)
-        handle = _send_packed(self, channel, early=return_early)
-        return [handle] if return_early else _last_tag(init_tag, pseudo_rand, n_leaves)
+        channel, leaves = _p2p_channel(self, dst, group_dst, group, init_tag, pseudo_rand)
+        handle = _send_packed(leaves, channel, early=return_early)
+        return [handle] if return_early else _last_tag(init_tag, pseudo_rand, len(leaves))
 
     def irecv(self, src: Optional[int] = None, *, group: Any = None, group_src: Optional[int] = None,
               return_premature: bool = False, init_tag: int = 0, pseudo_rand: bool = False,
@@ -1043,8 +1106,8 @@ class DistributedMixin:
             for work in works:
                 work.wait()
             return None
-        channel, _ = _p2p_channel(self, src, group_src, group, init_tag, pseudo_rand)
-        handle = _recv_packed(self, channel, premature=return_premature)
+        channel, leaves = _p2p_channel(self, src, group_src, group, init_tag, pseudo_rand)
+        handle = _recv_packed(leaves, channel, premature=return_premature)
         return [handle] if return_premature else None
 
     def broadcast(self, src: int, *, group: Any = None) -> Any:

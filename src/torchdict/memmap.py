@@ -448,17 +448,19 @@ def write_tensor_file(path: str, tensor: torch.Tensor, *, existsok: bool = True)
         os.close(fd)
 
 
-def map_file(path: str, dtype: torch.dtype, shape: torch.Size, *, mode: str = "r+") -> MemoryMappedTensor:
+def map_file(path: str, dtype: torch.dtype, shape: torch.Size, *, mode: str = "r+",
+             size_checked: bool = False) -> MemoryMappedTensor:
     """Map an existing file as a MemoryMappedTensor of ``dtype`` and ``shape``.
 
     The file must hold at least the bytes the shape needs (``torch.from_file`` would
     otherwise silently grow it, hiding a truncated file); extra bytes are ignored.
+    ``size_checked=True`` skips that check, for a file this process has just written.
     ``mode="r"`` maps copy-on-write: writes stay in this process.
     """
     if mode not in ("r", "r+"):
         raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}.")
     needed = _nbytes(dtype, shape)
-    size = os.stat(path).st_size
+    size = needed if size_checked else os.stat(path).st_size
     if size < needed:
         raise RuntimeError(
             f"The file {path} holds {size} bytes but {len(shape)}-dim {dtype} data of shape "
@@ -466,7 +468,12 @@ def map_file(path: str, dtype: torch.dtype, shape: torch.Size, *, mode: str = "r
         )
     writable = mode == "r+"
     if needed == 0:
-        flat = torch.empty(shape, dtype=dtype)
+        tensor = torch.empty(shape, dtype=dtype)
     else:
-        flat = torch.from_file(path, shared=writable, size=shape.numel(), dtype=dtype).view(shape)
-    return MemoryMappedTensor._wrap(flat, _MappedFile(path, writable))
+        tensor = torch.from_file(path, shared=writable, size=needed // dtype.itemsize, dtype=dtype)
+        if len(shape) != 1:
+            # view(*ints) parses much faster than view(torch.Size); this runs once per leaf on load.
+            tensor = tensor.view(*shape) if shape else tensor.view(())
+    result = tensor.as_subclass(MemoryMappedTensor)
+    result._mapped_file = _MappedFile(path, writable)
+    return result

@@ -41,6 +41,7 @@ from torch.nn.parameter import UninitializedTensorMixin
 
 from ._base import TensorCollection
 from ._context import set_exit_action
+from ._errors import MessageKeyError
 from .nontensor import NonTensorData, NonTensorStack
 
 __all__ = ["ModuleMixin", "TensorDictParams"]
@@ -49,6 +50,7 @@ _Tensor = torch.Tensor
 _Parameter = nn.Parameter
 _NO_BATCH = torch.Size(())
 _NON_TENSOR = (NonTensorData, NonTensorStack)
+_MISSING: Any = object()
 
 # (dict of the module, attribute name, value to put back)
 _RestoreList = List[Tuple[Dict[str, Any], str, Any]]
@@ -147,7 +149,7 @@ def _stack_members(members: list, path: tuple, expand_identical: bool) -> Any:
     for index, member in enumerate(members[1:], 1):
         if member._tensordict.keys() != first.keys():
             theirs = member._tensordict.keys()
-            raise KeyError(
+            raise MessageKeyError(
                 f"from_modules: module {index} does not have the structure of module 0 at "
                 f"{_describe_path(path)}: keys only in module 0: {sorted(first.keys() - theirs)}, "
                 f"only in module {index}: {sorted(theirs - first.keys())}."
@@ -210,7 +212,7 @@ def _missing_attribute(module: nn.Module, path: tuple, key: str, value: Any) -> 
             f"Entry {key!r} for {where} is non-tensor data ({type(value).__name__}): only tensors and nested "
             "TensorDicts can be written into a module (use use_state_dict=True for extra state)."
         )
-    return KeyError(
+    return MessageKeyError(
         f"key {key!r} not found in {where}: it has parameters {sorted(state['_parameters'])}, buffers "
         f"{sorted(state['_buffers'])} and submodules {sorted(state['_modules'])}."
     )
@@ -246,16 +248,21 @@ def _swap_level(storage: dict, module: nn.Module, restore: _RestoreList, path: t
     old_values = {}
     for key, value in storage.items():
         if isinstance(value, _Tensor):
-            if key in params:
-                slot = params
-            elif key in buffers:
+            slot = params
+            current = params.get(key, _MISSING)
+            if current is _MISSING:
                 slot = buffers
-            else:
-                raise _missing_attribute(module, path, key, value)
-            current = slot[key]
+                current = buffers.get(key, _MISSING)
+                if current is _MISSING:
+                    raise _missing_attribute(module, path, key, value)
             if current is not None:
-                if current is not value and _shapes_differ(value, current):
-                    raise _shape_error(module, path, key, value, current)
+                if current is not value:
+                    try:
+                        differ = value.shape != current.shape
+                    except RuntimeError:
+                        differ = _shapes_differ(value, current)
+                    if differ:
+                        raise _shape_error(module, path, key, value, current)
                 old_values[key] = current
             slot[key] = value
             restore.append((slot, key, current))
@@ -334,8 +341,6 @@ def _collect_targets(storage: dict, module: nn.Module, path: tuple, targets: lis
     return new(current_values, _NO_BATCH)
 
 
-_MISSING: Any = object()
-
 
 def _copy_into(td: Any, module: nn.Module, return_swap: bool, swap_dest: Any, non_blocking: bool) -> Any:
     targets: list = []
@@ -378,7 +383,7 @@ def _load_state_dict(td: Any, module: nn.Module, inplace: bool, return_swap: boo
     current = module.state_dict(keep_vars=True)
     unexpected = [name for name in flat if name not in current]
     if unexpected:
-        raise KeyError(f"keys {unexpected} not found in the state dict of {type(module).__name__}: it has "
+        raise MessageKeyError(f"keys {unexpected} not found in the state dict of {type(module).__name__}: it has "
                        f"{sorted(current)}.")
     for name, value in flat.items():
         held = current[name]
@@ -446,16 +451,20 @@ class TensorDictParams(nn.Module):
         self._td_batch_size = td._batch_size
         self._td_device = td._device
         self._td_lock = lock
+        # Written into the registration dicts directly: ``register_*`` refuses names that are
+        # attributes already, and through __getattr__ every TensorDict method name is one.
         for key, leaf in td._tensordict.items():
+            if not key or "." in key:
+                raise MessageKeyError(f"TensorDictParams: {key!r} cannot name a parameter (empty, or contains '.').")
             if isinstance(leaf, _Parameter):
-                self.register_parameter(key, leaf)
+                self._parameters[key] = leaf
             elif isinstance(leaf, _Tensor):
                 if no_convert or not (leaf.is_floating_point() or leaf.is_complex()):
-                    self.register_buffer(key, leaf)
+                    self._buffers[key] = leaf
                 else:
-                    self.register_parameter(key, _Parameter(leaf, requires_grad=leaf.requires_grad))
+                    self._parameters[key] = _Parameter(leaf, requires_grad=leaf.requires_grad)
             elif isinstance(leaf, TensorCollection):
-                self.add_module(key, TensorDictParams(leaf, no_convert=no_convert, lock=lock))
+                self._modules[key] = TensorDictParams(leaf, no_convert=no_convert, lock=lock)
 
     def _as_tensordict(self) -> Any:
         storage: dict = {}

@@ -1,5 +1,326 @@
-"""Filled in by issue 7."""
+"""Parallel preprocessing: ``TensorDict.map`` and ``TensorDict.map_iter``.
+
+The TensorDict is cut along ``dim`` into chunks; worker processes call ``fn``
+on them. Nothing big is pickled: each worker receives, once, the source as
+file names (memory-mapped leaves) or shared-memory handles, then only ranges
+of chunk numbers; it builds each chunk as a view of the source, so edits made
+by ``fn`` through ``set_`` / ``update_`` land in the caller's data. ``map``
+gathers returned TensorDicts in one preallocated output that the workers write
+into directly (memory-mapped when the input is, so it may exceed RAM);
+``map_iter`` sends each result back and yields them in order, with the
+workers running ahead by a bounded number of chunks.
+
+The machinery lives in private modules: ``_chunks`` (cutting),
+``_sharing`` (crossing processes without copies), ``_gather`` (the output),
+``_workers`` (the worker loop) and ``_pool`` (processes, liveness, failures).
+See docs/parallel.md.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+
+from ._pool import RemoteTraceback, WorkerError, WorkerPool
+
+__all__ = ["ParallelMixin", "WorkerPool", "WorkerError", "RemoteTraceback"]
 
 
 class ParallelMixin:
     __slots__ = ()
+
+    def map(self, fn: Callable[[Any], Any], dim: int = 0, num_workers: Optional[int] = None, *,
+            chunksize: Optional[int] = None, num_chunks: Optional[int] = None, pool: Any = None,
+            generator: Optional[torch.Generator] = None, max_tasks_per_child: Optional[int] = None,
+            worker_threads: int = 1, index_with_generator: bool = False, pbar: bool = False,
+            mp_start_method: Optional[str] = None, out: Any = None) -> Any:
+        """Call ``fn`` on chunks along ``dim`` in worker processes and gather what it returns.
+
+        ``chunksize=0`` passes one element at a time (its batch drops ``dim``);
+        otherwise chunks hold ``chunksize`` elements, or there are ``num_chunks``
+        of them, or (neither given) one per worker. Chunks are views: ``fn`` may
+        edit them in place with ``set_`` / ``update_``, and the edits are seen by
+        the caller. Returned TensorDicts are joined in order (``torch.cat``, or
+        ``torch.stack`` for ``chunksize=0``) into a shared-memory result, or a
+        memory-mapped one when this TensorDict is memory-mapped; ``out=`` is
+        written and returned instead. If ``fn`` returns None for every chunk,
+        ``map`` returns None (or ``out``).
+
+        ``num_workers=None`` uses every CPU available, ``0`` runs in this
+        process; ``pool`` is a :class:`torchdict.parallel.WorkerPool` reused
+        across calls. Workers start with ``fork`` on Linux (``mp_start_method``
+        to change it: under ``spawn``, ``fn`` must be importable, as in the
+        ``if __name__ == "__main__"`` idiom). A plain (not shared, not
+        memory-mapped) TensorDict is moved to shared memory first, in place
+        (one copy). An exception in ``fn`` is re-raised here with the worker's
+        traceback as ``__cause__``; a worker that dies raises
+        :class:`torchdict.parallel.WorkerError`.
+
+        Example:
+            >>> import torch
+            >>> from torchdict import TensorDict
+            >>> td = TensorDict(x=torch.arange(6.0), batch_size=[6])
+            >>> td.map(lambda chunk: chunk.set("y", chunk["x"] * 2), num_workers=2, chunksize=2)["y"]
+            tensor([ 0.,  2.,  4.,  6.,  8., 10.])
+        """
+        return run_map(self, fn, dim, num_workers, chunksize=chunksize, num_chunks=num_chunks, pool=pool,
+                       generator=generator, max_tasks_per_child=max_tasks_per_child,
+                       worker_threads=worker_threads, pbar=pbar, mp_start_method=mp_start_method, out=out)
+
+    def map_iter(self, fn: Callable[[Any], Any], dim: int = 0, num_workers: Optional[int] = None, *,
+                 shuffle: bool = False, chunksize: Optional[int] = None, num_chunks: Optional[int] = None,
+                 pool: Any = None, generator: Optional[torch.Generator] = None,
+                 max_tasks_per_child: Optional[int] = None, worker_threads: int = 1,
+                 index_with_generator: bool = True, pbar: bool = False, mp_start_method: Optional[str] = None,
+                 prefetch: Optional[int] = None) -> Iterator[Any]:
+        """Yield ``fn(chunk)`` for each chunk along ``dim``, computed by worker processes.
+
+        Results come in chunk order; with ``shuffle=True`` the chunks take their
+        elements from a random permutation drawn from ``generator`` (every
+        element exactly once). Workers run ahead by at most ``prefetch`` chunks
+        (default: two per worker). Other arguments are as in :meth:`map`.
+        Leaving the loop early stops the workers.
+
+        Example:
+            >>> import torch
+            >>> from torchdict import TensorDict
+            >>> td = TensorDict(x=torch.arange(6.0), batch_size=[6])
+            >>> [chunk["x"].tolist() for chunk in td.map_iter(lambda c: c, num_workers=2, chunksize=4)]
+            [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]]
+        """
+        return run_map_iter(self, fn, dim, num_workers, shuffle=shuffle, chunksize=chunksize,
+                            num_chunks=num_chunks, pool=pool, generator=generator,
+                            max_tasks_per_child=max_tasks_per_child, worker_threads=worker_threads,
+                            pbar=pbar, mp_start_method=mp_start_method, prefetch=prefetch)
+
+
+# ---------------------------------------------------------------------- shared set-up
+class _NoProgress:
+    def update(self, count: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(enabled: bool, total: int) -> Any:
+    """A tqdm bar over ``total`` chunks (tqdm is imported only when asked for)."""
+    if not enabled:
+        return _NoProgress()
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        raise ImportError(
+            "pbar=True draws a progress bar with tqdm, which is not installed: "
+            "`pip install tqdm`, or call map/map_iter with pbar=False."
+        ) from None
+    return tqdm(total=total, unit="chunk")
+
+
+def _check_common(fn: Any, pool: Any, worker_threads: Any, max_tasks_per_child: Any) -> None:
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}.")
+    if pool is not None and not isinstance(pool, WorkerPool):
+        raise TypeError(
+            f"pool must be a torchdict.parallel.WorkerPool, got {type(pool).__module__}.{type(pool).__name__}. "
+            "A multiprocessing.Pool cannot be used: it silently replaces dead workers (a lost chunk would "
+            "hang the call) and cannot give each worker the data once."
+        )
+    if not isinstance(worker_threads, int) or worker_threads < 1:
+        raise ValueError(f"worker_threads must be a positive int, got {worker_threads!r}.")
+    if max_tasks_per_child is not None and (not isinstance(max_tasks_per_child, int) or max_tasks_per_child < 1):
+        raise ValueError(f"max_tasks_per_child must be a positive int or None, got {max_tasks_per_child!r}.")
+
+
+def _plan(td: Any, dim: int, workers: int, chunksize: Any, num_chunks: Any) -> Any:
+    from ._chunks import ChunkPlan, chunk_length, normalize_dim
+
+    dim = normalize_dim(dim, td.batch_size)
+    length = td.batch_size[dim]
+    size = chunk_length(length, chunksize, num_chunks, workers)
+    return ChunkPlan(dim, length, size)
+
+
+def _temporary_output_directory() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="torchdict-map-")
+
+
+def _remove_with(result: Any, directory: Optional[str]) -> Any:
+    """Delete ``directory`` (the output's files) once ``result`` is garbage collected."""
+    if directory is not None and result is not None:
+        import shutil
+        import weakref
+
+        weakref.finalize(result, shutil.rmtree, directory, True)
+    return result
+
+
+# ---------------------------------------------------------------------- map
+def run_map(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, chunksize: Any, num_chunks: Any,
+            pool: Any, generator: Any, max_tasks_per_child: Any, worker_threads: int, pbar: bool,
+            mp_start_method: Any, out: Any) -> Any:
+    from ._base import TensorCollection
+    from ._chunks import group_tasks
+    from ._pool import Execution, resolve_num_workers
+    from ._sharing import for_transport, is_on_disk, share_in_place
+    from ._workers import MAP, ChunkRunner, Job
+
+    _check_common(fn, pool, worker_threads, max_tasks_per_child)
+    workers = pool.num_workers if pool is not None else resolve_num_workers(num_workers)
+    plan = _plan(td, dim, workers, chunksize, num_chunks)
+    if out is not None and not isinstance(out, TensorCollection):
+        raise TypeError(f"out must be a TensorDict (or tensorclass), got {type(out).__name__}.")
+    if plan.num_chunks == 0:
+        return out
+    progress = _progress(pbar, plan.num_chunks)
+    on_disk = is_on_disk(td)
+    output: dict = {"value": out, "directory": None}
+
+    def allocate(skeleton: Any) -> Any:
+        from ._gather import allocate_output
+
+        directory = _temporary_output_directory() if on_disk else None
+        output["directory"] = directory
+        output["value"] = _remove_with(allocate_output(skeleton, plan.dim, plan.length, directory), directory)
+        return output["value"]
+
+    outcomes: list = []
+    try:
+        if workers == 0 and pool is None:
+            job = Job(fn, td, plan, MAP, out=out, user_out=out is not None, lock_views=td.is_locked)
+            runner = ChunkRunner(job, allocate)
+            for chunk in range(plan.num_chunks):
+                outcomes.extend(runner.run(chunk, chunk + 1))
+                progress.update(1)
+        else:
+            share_in_place(td)
+            if out is not None:
+                share_in_place(out)
+            job = Job(fn, for_transport(td), plan, MAP, out=None if out is None else for_transport(out),
+                      user_out=out is not None, lock_views=td.is_locked)
+            tasks = group_tasks(plan.num_chunks, workers, per_task=1 if max_tasks_per_child else None)
+            outcomes = [None] * plan.num_chunks
+            own_pool = pool is None
+            if own_pool:
+                pool = WorkerPool(min(workers, len(tasks)), mp_start_method=mp_start_method,
+                                  worker_threads=worker_threads, generator=generator)
+            try:
+                execution = Execution(pool, job, tasks, chunks_per_worker=max_tasks_per_child)
+                for event in execution.events():
+                    if event[0] == "structure":
+                        if output["value"] is None:
+                            job.out = for_transport(allocate(event[1]))
+                            execution.broadcast(("output", job.out))
+                        continue
+                    first = tasks[event[1]][0]
+                    results = event[2]
+                    outcomes[first:first + len(results)] = results
+                    progress.update(len(results))
+            except BaseException:
+                pool.terminate()
+                raise
+            if own_pool:
+                pool.close()
+            else:
+                pool._end_job(execution.workers)
+    finally:
+        progress.close()
+    return _finish(outcomes, plan, output["value"], out is not None, on_disk)
+
+
+def _finish(outcomes: list, plan: Any, output: Any, user_out: bool, on_disk: bool) -> Any:
+    """The gathered result: the output itself when every chunk was written into it."""
+    from ._apply import map_batch
+    from ._gather import assemble, slot_writer
+
+    kinds = {outcome[0] for outcome in outcomes}
+    if user_out or kinds <= {"n"}:
+        return output
+    if kinds == {"w"}:
+        return output
+    dim, unbound = plan.dim, plan.unbound
+    parts = []
+    for chunk, outcome in enumerate(outcomes):
+        if outcome[0] == "w":
+            start, stop = plan.bounds(chunk)
+            select = slot_writer(dim, start, stop, unbound)
+            batch_size = output.batch_size
+            part_batch = batch_size[:dim] + batch_size[dim + 1:] if unbound else (
+                batch_size[:dim] + torch.Size([stop - start]) + batch_size[dim + 1:])
+            parts.append(map_batch(output, select, part_batch))
+        elif outcome[0] == "s":
+            parts.append(outcome[1])
+    directory = _temporary_output_directory() if on_disk else None
+    return _remove_with(assemble(parts, dim, unbound, directory), directory)
+
+
+# ---------------------------------------------------------------------- map_iter
+def run_map_iter(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, shuffle: bool, chunksize: Any,
+                 num_chunks: Any, pool: Any, generator: Any, max_tasks_per_child: Any, worker_threads: int,
+                 pbar: bool, mp_start_method: Any, prefetch: Optional[int]) -> Iterator[Any]:
+    """Validate now, then return the generator that runs the job (so bad arguments fail at the call)."""
+    from ._pool import resolve_num_workers
+
+    _check_common(fn, pool, worker_threads, max_tasks_per_child)
+    if prefetch is not None and (not isinstance(prefetch, int) or prefetch < 1):
+        raise ValueError(f"prefetch must be a positive int or None, got {prefetch!r}.")
+    workers = pool.num_workers if pool is not None else resolve_num_workers(num_workers)
+    plan = _plan(td, dim, workers, chunksize, num_chunks)
+    if shuffle:
+        plan.permutation = torch.randperm(plan.length, generator=generator)
+    progress = _progress(pbar, plan.num_chunks)
+    return _iterate(td, fn, plan, workers, pool, generator, max_tasks_per_child, worker_threads,
+                    mp_start_method, prefetch, progress)
+
+
+def _iterate(td: Any, fn: Callable, plan: Any, workers: int, pool: Any, generator: Any, max_tasks_per_child: Any,
+             worker_threads: int, mp_start_method: Any, prefetch: Optional[int], progress: Any) -> Iterator[Any]:
+    from ._pool import Execution
+    from ._sharing import for_transport, share_in_place
+    from ._workers import ITER, ChunkRunner, Job
+
+    try:
+        if plan.num_chunks == 0:
+            return
+        if workers == 0 and pool is None:
+            runner = ChunkRunner(Job(fn, td, plan, ITER, lock_views=td.is_locked), lambda skeleton: None)
+            for chunk in range(plan.num_chunks):
+                outcome = runner.run(chunk, chunk + 1)[0]
+                progress.update(1)
+                yield None if outcome[0] == "n" else outcome[1]
+            return
+        share_in_place(td)
+        if plan.permutation is not None:
+            plan.permutation.share_memory_()
+        job = Job(fn, for_transport(td), plan, ITER, lock_views=td.is_locked)
+        tasks = [(chunk, chunk + 1) for chunk in range(plan.num_chunks)]
+        window = prefetch if prefetch is not None else 2 * workers
+        own_pool = pool is None
+        if own_pool:
+            pool = WorkerPool(min(workers, len(tasks)), mp_start_method=mp_start_method,
+                              worker_threads=worker_threads, generator=generator)
+        try:
+            execution = Execution(pool, job, tasks, window=max(window, 1), chunks_per_worker=max_tasks_per_child)
+            ready: dict = {}
+            next_chunk = 0
+            for event in execution.events():
+                ready[event[1]] = event[2][0]
+                while next_chunk in ready:
+                    outcome = ready.pop(next_chunk)
+                    next_chunk += 1
+                    execution.release()
+                    progress.update(1)
+                    yield None if outcome[0] == "n" else outcome[1]
+        except BaseException:
+            # An error, or the caller left the loop early (GeneratorExit): the
+            # workers may be busy with chunks nobody will read; stop them now.
+            pool.terminate()
+            raise
+        if own_pool:
+            pool.close()
+        else:
+            pool._end_job(execution.workers)
+    finally:
+        progress.close()

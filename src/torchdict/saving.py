@@ -119,7 +119,8 @@ def _is_safe_name(name: object) -> bool:
         and "/" not in name
         and "\\" not in name
         and "\x00" not in name
-        and len(name.encode("utf-8", "surrogatepass")) <= 255
+        # at most 4 bytes per character: only long names need encoding to be measured
+        and (len(name) <= 63 or len(name.encode("utf-8", "surrogatepass")) <= 255)
     )
 
 
@@ -181,10 +182,16 @@ def register_saved_class(cls: type) -> type:
     return cls
 
 
-def _is_tensordict(value: Any) -> bool:
-    from .tensordict import TensorDict
+_TENSORDICT: Any = None  # torchdict.TensorDict, bound on first use (tensordict.py imports this module)
 
-    return isinstance(value, TensorDict)
+
+def _is_tensordict(value: Any) -> bool:
+    global _TENSORDICT
+    if _TENSORDICT is None:
+        from .tensordict import TensorDict
+
+        _TENSORDICT = TensorDict
+    return isinstance(value, _TENSORDICT)
 
 
 # ---------------------------------------------------------------------- saving: plan
@@ -224,7 +231,7 @@ def _collection_td(value: Any) -> Any:
 def _plan(source: Any, path: str | None, key_path: tuple, options: _Options) -> _Node:
     td = _collection_td(source)
     node = _Node(source, td, path, key_path)
-    if path is not None and os.path.islink(path) and key_path:
+    if key_path and path is not None and os.path.islink(path):
         raise RuntimeError(f"Refusing to write the memory-mapped TensorDict through the symlink {path}.")
     for key, value in td._tensordict.items():
         full_key = key_path + (key,)
@@ -233,15 +240,16 @@ def _plan(source: Any, path: str | None, key_path: tuple, options: _Options) -> 
             file_path = None
             if path is not None:
                 file_name = key_to_filename(key) + ".memmap"
-                file_path = os.path.join(path, file_name)
+                file_path = path + os.sep + file_name
                 _check_target(value, file_path, options)
-                node.entries[key] = {"kind": "tensor", "file": file_name}
+                node.entries[key] = {"kind": "tensor", "file": file_name, "dtype": str(value.dtype),
+                                     "shape": list(value.shape)}
             node.leaves.append((key, value, file_path))
         elif isinstance(value, TensorCollection):
             child_path = None
             if path is not None:
                 dir_name = key_to_filename(key, directory=True)
-                child_path = os.path.join(path, dir_name)
+                child_path = path + os.sep + dir_name
                 node.entries[key] = {"kind": "collection", "dir": dir_name}
             node.children.append((key, _plan(value, child_path, full_key, options)))
         elif type(value) is NonTensorData or type(value) is NonTensorStack:
@@ -317,25 +325,57 @@ def _store_leaf(tensor: torch.Tensor, file_path: str | None, like: bool) -> Memo
         allocate_file(file_path, tensor.numel() * tensor.element_size())
     else:
         write_tensor_file(file_path, tensor)
-    return map_file(file_path, tensor.dtype, tensor.shape)
+    return map_file(file_path, tensor.dtype, tensor.shape, size_checked=True)
 
 
-def _write_json_atomic(folder: str, payload: dict) -> None:
-    """Write ``folder/meta.json`` so that it is either absent, old or complete, never partial."""
-    import json
+def _write_json_atomic(folder: str, text: str) -> None:
+    """Write ``folder/meta.json`` so that it is either absent, old or complete, never partial.
+
+    The temporary name starts with ``%m``, which no escaped key can produce.
+    """
     import threading
 
-    temporary = os.path.join(folder, f"%meta-{os.getpid()}-{threading.get_ident()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(payload, handle)
-    os.replace(temporary, os.path.join(folder, META_FILE))
+    temporary = f"{folder}{os.sep}%meta-{os.getpid()}-{threading.get_ident()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        data = text.encode("utf-8")
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+    finally:
+        os.close(fd)
+    os.replace(temporary, folder + os.sep + META_FILE)
 
 
 def _remove_meta(folder: str) -> None:
     try:
-        os.remove(os.path.join(folder, META_FILE))
+        os.remove(folder + os.sep + META_FILE)
     except FileNotFoundError:
         pass
+
+
+def _make_folder(path: str, is_root: bool) -> bool:
+    """Create ``path`` (its parents too for the root); True when it did not exist before."""
+    try:
+        os.mkdir(path)
+        return True
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise NotADirectoryError(f"Cannot save into {path}: it exists and is not a folder.") from None
+        return False
+    except FileNotFoundError:
+        if not is_root:
+            raise
+        os.makedirs(path, exist_ok=True)
+        return True
+
+
+def _same_file_content(path: str, text: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read() == text.encode("utf-8")
+    except OSError:
+        return False
 
 
 def _folder_meta(node: _Node) -> dict:
@@ -352,13 +392,23 @@ def _folder_meta(node: _Node) -> dict:
 
 
 def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool) -> Any:
+    import json
+
     nodes = list(_walk(root))
+    metas: dict = {}
     if root.path is not None:
-        for node in nodes:
-            os.makedirs(node.path, exist_ok=True)
-        # Mark every folder incomplete before touching a file: a save killed from here on
-        # leaves no meta.json that would describe half-written data. Root first.
-        for node in nodes:
+        fresh = {id(node): _make_folder(node.path, node is root) for node in nodes}
+        metas = {id(node): json.dumps(_folder_meta(node)) for node in nodes}
+        for node in nodes:  # root first
+            if fresh[id(node)]:
+                continue
+            if options.like and _same_file_content(node.path + os.sep + META_FILE, metas[id(node)]):
+                # memmap_like writes no data: files only get (re)sized to what this very
+                # meta.json already describes, so the folder stays consistent throughout.
+                metas[id(node)] = None
+                continue
+            # Mark the folder incomplete before touching a file: a save killed from here on
+            # leaves no meta.json that would describe half-written data.
             _remove_meta(node.path)
     jobs = [(node, key, tensor, file_path) for node in nodes for key, tensor, file_path in node.leaves]
     stored: list
@@ -377,12 +427,7 @@ def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool) ->
         stored = results
     else:
         stored = [run(job) for job in jobs]
-    mapped: dict = {}
-    for (node, key, tensor, _), result in zip(jobs, stored):
-        mapped[(id(node), key)] = result
-        if node.path is not None:
-            node.entries[key]["dtype"] = str(tensor.dtype)
-            node.entries[key]["shape"] = list(tensor.shape)
+    mapped = {(id(job[0]), job[1]): result for job, result in zip(jobs, stored)}
     if root.path is not None:
         for node in nodes:
             for file_path, payload in node.pickles:
@@ -390,7 +435,8 @@ def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool) ->
                     handle.write(payload)
         # Children before parents, the root last: the root's meta.json marks the save complete.
         for node in reversed(nodes):
-            _write_json_atomic(node.path, _folder_meta(node))
+            if metas[id(node)] is not None:
+                _write_json_atomic(node.path, metas[id(node)])
     result = _assemble(root, mapped, inplace)
     result_td = _collection_td(result)
     result_td._lock_tree()
@@ -438,8 +484,6 @@ def save_collection(source: Any, prefix: Any = None, *, copy_existing: bool = Fa
     before the first byte is written.
     """
     path = None if prefix is None else os.path.abspath(os.fspath(prefix))
-    if path is not None and os.path.exists(path) and not os.path.isdir(path):
-        raise NotADirectoryError(f"Cannot save into {path}: it exists and is not a folder.")
     options = _Options(like, copy_existing, existsok, allow_pickle)
     root = _plan(source, path, (), options)
     if path is not None:
@@ -503,15 +547,18 @@ def _parse_dtype(folder: str, name: Any) -> torch.dtype:
 
 
 def _parse_shape(folder: str, shape: Any) -> torch.Size:
-    if type(shape) is not list or not all(type(size) is int and size >= 0 for size in shape):
+    if type(shape) is not list:
         raise _corrupt(folder, f"invalid shape {shape!r}")
+    for size in shape:
+        if type(size) is not int or size < 0:
+            raise _corrupt(folder, f"invalid shape {shape!r}")
     return torch.Size(shape)
 
 
 def _child_path(folder: str, name: Any) -> str:
     if not _is_safe_name(name):
         raise _corrupt(folder, f"unsafe file name {name!r}")
-    return os.path.join(folder, name)
+    return folder + os.sep + name
 
 
 class _LoadOptions:

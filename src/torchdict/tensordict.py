@@ -14,7 +14,7 @@ import torch
 from . import _keyops
 from ._apply import ApplyMixin
 from ._base import TensorCollection
-from ._context import ContextMixin
+from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
 from ._convert import check_tensor, parse_batch_size, parse_device, to_leaf
 from ._errors import (
     MessageKeyError,
@@ -26,6 +26,7 @@ from ._errors import (
 )
 from ._indexing import IndexingMixin
 from ._keys import key_to_tuple
+from ._names import NamesMixin
 from ._moves import MovesMixin
 from ._ops import OpsMixin
 from ._shape import ShapeMixin
@@ -58,6 +59,7 @@ class TensorDict(
     MovesMixin,
     TorchFunctionMixin,
     ContextMixin,
+    NamesMixin,
     PersistenceMixin,
     ModuleMixin,
     ParallelMixin,
@@ -295,52 +297,6 @@ class TensorDict(
             if isinstance(leaf, TensorCollection):
                 leaf.clear_device_()
         return self
-
-    @property
-    def names(self) -> list:
-        return list(self._names) if self._names is not None else [None] * len(self._batch_size)
-
-    @names.setter
-    def names(self, value: Optional[Sequence[Optional[str]]]) -> None:
-        if value is None:
-            self._names = None
-            return
-        value = list(value)
-        if len(value) != len(self._batch_size):
-            raise ValueError(
-                "the length of the dimension names must equate the tensordict batch_dims attribute. "
-                f"Got {value} for batch_dims {len(self._batch_size)}."
-            )
-        named = [name for name in value if name is not None]
-        if len(set(named)) != len(named):
-            raise ValueError(f"Some dimension names are non-unique: {value}.")
-        self._names = value if named else None
-
-    def refine_names(self, *names: Optional[str]) -> "TensorDict":
-        """Set names for the batch dims (``...`` keeps the names of the dims it spans); returns self."""
-        if Ellipsis in names:
-            position = names.index(Ellipsis)
-            fill = len(self._batch_size) - len(names) + 1
-            names = names[:position] + tuple(self.names[position:position + fill]) + names[position + 1:]
-        self.names = names
-        return self
-
-    def rename_(self, *names: Optional[str], **rename_map: str) -> "TensorDict":
-        """Rename batch dims in place, positionally or with ``old=new``; returns self."""
-        if names:
-            self.names = names
-        if rename_map:
-            current = self.names
-            for old, new in rename_map.items():
-                if old not in current:
-                    raise ValueError(f"Dimension name {old!r} not found in {current}.")
-                current[current.index(old)] = new
-            self.names = current
-        return self
-
-    def rename(self, *names: Optional[str], **rename_map: str) -> "TensorDict":
-        """A shallow copy with renamed batch dims."""
-        return self.copy().rename_(*names, **rename_map)
 
     # ------------------------------------------------------------------ locking
     @property
@@ -765,11 +721,13 @@ class TensorDict(
         return _keyops.split_keys(self, key_sets, inplace=inplace, default=default, strict=strict,
                                   reproduce_struct=reproduce_struct)
 
+    @write_back(undo_flatten_keys, shares_leaves=True)
     def flatten_keys(self, separator: str = ".", inplace: bool = False,
                      is_leaf: Optional[Callable[[type], bool]] = None) -> "TensorDict":
         """Nested keys joined by ``separator`` into a single level."""
         return _keyops.flatten_keys(self, separator, inplace, is_leaf)
 
+    @write_back(undo_unflatten_keys, shares_leaves=True)
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> "TensorDict":
         """Keys split on ``separator`` into nested TensorDicts."""
         return _keyops.unflatten_keys(self, separator, inplace)

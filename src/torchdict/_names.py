@@ -1,0 +1,54 @@
+"""Optional names for the batch dimensions (one str or None per dim)."""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+
+class NamesMixin:
+    __slots__ = ()
+
+    @property
+    def names(self) -> list:
+        return list(self._names) if self._names is not None else [None] * len(self._batch_size)
+
+    @names.setter
+    def names(self, value: Optional[Sequence[Optional[str]]]) -> None:
+        if value is None:
+            self._names = None
+            return
+        value = list(value)
+        if len(value) != len(self._batch_size):
+            raise ValueError(
+                "the length of the dimension names must equate the tensordict batch_dims attribute. "
+                f"Got {value} for batch_dims {len(self._batch_size)}."
+            )
+        named = [name for name in value if name is not None]
+        if len(set(named)) != len(named):
+            raise ValueError(f"Some dimension names are non-unique: {value}.")
+        self._names = value if named else None
+
+    def refine_names(self, *names: Optional[str]) -> "TensorDict":
+        """Set names for the batch dims (``...`` keeps the names of the dims it spans); returns self."""
+        if Ellipsis in names:
+            position = names.index(Ellipsis)
+            fill = len(self._batch_size) - len(names) + 1
+            names = names[:position] + tuple(self.names[position:position + fill]) + names[position + 1:]
+        self.names = names
+        return self
+
+    def rename_(self, *names: Optional[str], **rename_map: str) -> "TensorDict":
+        """Rename batch dims in place, positionally or with ``old=new``; returns self."""
+        if names:
+            self.names = names
+        if rename_map:
+            current = self.names
+            for old, new in rename_map.items():
+                if old not in current:
+                    raise ValueError(f"Dimension name {old!r} not found in {current}.")
+                current[current.index(old)] = new
+            self.names = current
+        return self
+
+    def rename(self, *names: Optional[str], **rename_map: str) -> "TensorDict":
+        """A shallow copy with renamed batch dims."""
+        return self.copy().rename_(*names, **rename_map)
