@@ -114,7 +114,9 @@ def _setitem_case() -> Case:
         return lambda: write_at(source, 3, row)
 
     return Case("setitem int: td[3] = td_row", setup=setup, impls={**for_libraries(library), FLOOR: floor},
-                target="<= 1.15x floor")
+                target="<= 1.35x floor",
+                note="torchdict checks every leaf's shape before the first write (a failed write changes "
+                     "nothing); the floor writes leaf by leaf and may fail half-way")
 
 
 def _shape_cases() -> list:

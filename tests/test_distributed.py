@@ -23,6 +23,7 @@ import pytest
 import torch
 
 from torchdict import NonTensorData, NonTensorStack, TensorDict
+from torchdict import _wire
 from torchdict import distributed as td_dist
 from torchdict.distributed import StructureMismatchError
 
@@ -270,6 +271,9 @@ def scenario_mismatch(rank, world, workdir):
         expect_error(TypeError, ["'obj'", "JSON"], lambda: bad.send(dst=1))
         # the receiver can't write in place: both sides fail
         expect_error(RuntimeError, ["refused", "expanded"], lambda: TensorDict(e=torch.ones(3, 2)).send(dst=1))
+        # a large payload (sent only after the ack) that doesn't match
+        expect_error(StructureMismatchError, ["'big' is float32[2, 300000] on the sender"],
+                     lambda: TensorDict(big=torch.ones(2, 300_000)).send(dst=1))
         # the channel is clean afterwards
         TensorDict(a=torch.arange(3.0)).send(dst=1)
     else:
@@ -287,6 +291,8 @@ def scenario_mismatch(rank, world, workdir):
         expect_error(RuntimeError, ["sender failed", "TypeError", "'obj'"], lambda: holder.recv(src=0))
         expanded = TensorDict(e=torch.zeros(3, 1).expand(3, 2))
         expect_error(RuntimeError, ["expanded"], lambda: expanded.recv(src=0))
+        expect_error(StructureMismatchError, ["'big' is float32[2, 300001] on the receiver"],
+                     lambda: TensorDict(big=torch.zeros(2, 300_001)).recv(src=0))
         clean = TensorDict(a=torch.zeros(3))
         clean.recv(src=0)
         assert clean["a"].tolist() == [0.0, 1.0, 2.0]
@@ -446,6 +452,10 @@ def _worker(rank: int, world: int, port: int, workdir: str) -> None:
                 results[scenario.__name__] = "ok"
             except BaseException:
                 results[scenario.__name__] = traceback.format_exc()
+            try:  # realign the ranks (a failed scenario may have left a peer waiting until its timeout)
+                dist.barrier()
+            except Exception:
+                pass
             with open(path, "w") as handle:  # written after each scenario: survives a later kill
                 json.dump(results, handle)
     finally:
@@ -458,10 +468,24 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _run_world(world: int, deadline_s: float = 150.0) -> dict:
+def _context():
+    """A start method that never forks this (threaded) pytest process.
+
+    A forkserver imports torch and this module once, then forks each rank from its own
+    clean, single-threaded process: several seconds cheaper per rank than spawn on a
+    small machine. Spawn where there is no forkserver.
+    """
     import multiprocessing
 
-    context = multiprocessing.get_context("spawn")
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(["torch", "torch.distributed", "torchdict", __name__])
+    return context
+
+
+def _run_world(world: int, deadline_s: float = 150.0) -> dict:
+    context = _context()
     workdir = tempfile.mkdtemp(prefix=f"torchdict-dist{world}-")
     port = _free_port()
     processes = [context.Process(target=_worker, args=(rank, world, port, workdir), daemon=True)
@@ -580,19 +604,24 @@ def test_peer_arguments_are_checked_before_anything(method, peer):
 def _pack_roundtrip(source: TensorDict, target: TensorDict) -> None:
     """What the wire does, without the wire: pack the sender's leaves, unpack into the receiver's."""
     cpu = torch.device("cpu")
-    sent, received = td_dist._walk(source, (), []), td_dist._walk(target, (), [])
-    plan = td_dist._Survey(sent)
-    for pack in plan.packs:
-        buffer = td_dist._pack(pack, sent, cpu).clone()
-        assert buffer.dtype == torch.uint8 and buffer.numel() == pack[0]
-        td_dist._unpack(pack, buffer, received)
-    for index in plan.direct:
-        target_bytes, copy_back = td_dist._recv_target(received[index][1], cpu)
-        target_bytes.copy_(td_dist._send_view(sent[index][1], cpu))
+    sent, received = _wire.Survey(_wire.walk(source)), _wire.Survey(_wire.walk(target))
+    assert sent.fingerprint == received.fingerprint
+    outgoing, incoming = _wire.Packs.borrow(sent, cpu), _wire.Packs.borrow(received, cpu)
+    assert outgoing is not incoming  # two transfers in flight never share buffers
+    outgoing.fill(sent)
+    for (total, _), source_buffer, target_buffer in zip(sent.packs, outgoing.buffers, incoming.buffers):
+        assert source_buffer.dtype == torch.uint8 and source_buffer.numel() == total
+        target_buffer.copy_(source_buffer)
+    incoming.drain(received)
+    for index in sent.direct:
+        target_bytes, copy_back = _wire.recv_target(received.leaves[index][1], cpu)
+        target_bytes.copy_(_wire.send_view(sent.leaves[index][1], cpu))
         if copy_back is not None:
             copy_back()
-    items = td_dist._decode_non_tensor(td_dist._encode_non_tensor(sent, plan.non_tensor))
-    td_dist._set_non_tensor(received, plan.non_tensor, items)
+    items = _wire.decode_non_tensor(_wire.encode_non_tensor(sent.leaves, sent.non_tensor))
+    _wire.set_non_tensor(received.leaves, received.non_tensor, items)
+    outgoing.release()
+    incoming.release()
 
 
 def test_packing_roundtrip_every_dtype():
@@ -619,19 +648,19 @@ def test_packing_roundtrip_conjugate_negative_and_grad_leaves():
 def test_plan_packs_small_leaves_per_dtype_and_sends_large_ones_directly():
     td = TensorDict(a=torch.zeros(3), b=torch.zeros(2, dtype=torch.int64), c=torch.zeros(5),
                     big=torch.zeros(1 << 18), s="x")
-    leaves = td_dist._walk(td, (), [])
+    leaves = _wire.walk(td)
     assert [path for path, *_ in leaves] == [("a",), ("b",), ("big",), ("c",), ("s",)]  # sorted, like upstream
-    plan = td_dist._Survey(leaves)
+    plan = _wire.Survey(leaves)
     assert len(plan.packs) == 1
     total, groups = plan.packs[0]
     assert [(dtype, indices) for dtype, indices, _, _ in groups] == [(torch.float32, [0, 3]), (torch.int64, [1])]
-    assert [offset % td_dist._ALIGN for _, _, offset, _ in groups] == [0, 0] and total % td_dist._ALIGN == 0
+    assert [offset % _wire.ALIGN for _, _, offset, _ in groups] == [0, 0] and total % _wire.ALIGN == 0
     assert plan.direct == [2] and plan.non_tensor == [4]
 
 
 def test_fingerprint_tracks_keys_shapes_dtypes_not_values():
     def fingerprint(td):
-        return td_dist._Survey(td_dist._walk(td, (), [])).fingerprint
+        return _wire.Survey(_wire.walk(td)).fingerprint
 
     base = TensorDict(a=torch.zeros(3), n={"b": torch.zeros(2, dtype=torch.int64)}, s="x")
     assert fingerprint(base) == fingerprint(TensorDict(a=torch.ones(3), n={"b": torch.ones(2, dtype=torch.int64)},
@@ -646,23 +675,35 @@ def test_fingerprint_tracks_keys_shapes_dtypes_not_values():
     assert len({fingerprint(base)} | {fingerprint(variant) for variant in variants}) == 6
 
 
+def test_packs_are_reused_for_the_same_structure_only():
+    cpu = torch.device("cpu")
+    survey = _wire.Survey(_wire.walk(TensorDict(a=torch.zeros(3), b=torch.zeros(2, dtype=torch.int64))))
+    first = _wire.Packs.borrow(survey, cpu)
+    first.release()
+    again = _wire.Packs.borrow(survey, cpu)
+    assert again is first
+    other = _wire.Survey(_wire.walk(TensorDict(a=torch.zeros(4), b=torch.zeros(2, dtype=torch.int64))))
+    assert _wire.Packs.borrow(other, cpu) is not first
+    again.release()
+
+
 def test_non_json_value_is_refused_with_its_key():
     td = TensorDict(a=torch.zeros(1))
     td.set_non_tensor(("deep", "obj"), {1, 2})
-    leaves = td_dist._walk(td, (), [])
-    plan = td_dist._Survey(leaves)
-    expect_error(TypeError, ["('deep', 'obj')", "JSON"], lambda: td_dist._encode_non_tensor(leaves, plan.non_tensor))
+    leaves = _wire.walk(td)
+    plan = _wire.Survey(leaves)
+    expect_error(TypeError, ["('deep', 'obj')", "JSON"], lambda: _wire.encode_non_tensor(leaves, plan.non_tensor))
 
 
 def test_sparse_leaf_is_refused_with_its_key():
     td = TensorDict(sp=torch.eye(3).to_sparse())
-    expect_error(TypeError, ["'sp'", "dense"], lambda: td_dist._Survey(td_dist._walk(td, (), [])))
+    expect_error(TypeError, ["'sp'", "dense"], lambda: _wire.Survey(_wire.walk(td)))
 
 
 def test_mismatch_message_names_every_difference():
     mine = [[["a"], "float32", [3]], [["x", "y"], "int64", [2]], [["only_me"], "bool", []]]
     theirs = [[["a"], "float32", [4]], [["x", "y"], "int32", [2]], [["only_them"], "non-tensor", [1]]]
-    message = td_dist._difference(mine, theirs, "here", "there")
+    message = _wire.difference(mine, theirs, "here", "there")
     for fragment in ["keys only on here: 'only_me'", "keys only on there: 'only_them'",
                      "'a' is float32[3] on here but float32[4] on there",
                      "('x', 'y') is int64[2] on here but int32[2] on there"]:

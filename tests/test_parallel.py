@@ -391,6 +391,11 @@ def test_a_pool_keeps_its_workers_across_calls():
         second = set(td.map(worker_pid, pool=pool, chunksize=3)["pid"].tolist())
         assert first == second == {worker.process.pid for worker in pool._workers}
         assert torch.equal(td.map(double_x, pool=pool, chunksize=5)["y"], td["x"] * 2)
+        # a plain source and a shared output cross the pool's pipes as descriptors, not via a
+        # resource_sharer thread in this process
+        from multiprocessing import resource_sharer
+
+        assert resource_sharer._resource_sharer._thread is None
     assert multiprocessing.active_children() == []
 
 
@@ -419,8 +424,9 @@ def test_killed_worker_raises_and_leaves_nothing_behind(method):
             td.map(kill_on_eight, pool=pool, chunksize=4)
         assert multiprocessing.active_children() == []
         assert torch_shm_segments(pids) <= segments_before
-        # the pool starts fresh workers for the next call
-        assert torch.equal(td.map(double_x, pool=pool, chunksize=4)["y"], td["x"] * 2)
+        if method == "fork":  # (spawn start-up is slow: checked once is enough)
+            # the pool starts fresh workers for the next call
+            assert torch.equal(td.map(double_x, pool=pool, chunksize=4)["y"], td["x"] * 2)
     assert multiprocessing.active_children() == []
 
 

@@ -489,12 +489,12 @@ _KILLED_SAVE = textwrap.dedent(
             die()
         saving.write_tensor_file = write_then_die
     elif point == "before-root-meta":  # every leaf and the sub-folder metas are written
-        write_meta = saving._write_json_atomic
+        write_meta = saving.write_meta_atomic
         def die_at_root(folder, payload):
             if folder == root:
                 die()
             write_meta(folder, payload)
-        saving._write_json_atomic = die_at_root
+        saving.write_meta_atomic = die_at_root
     elif point == "before-rename":  # the root's temporary meta file is complete
         replace = os.replace
         def die_before_root_rename(source, target):
@@ -643,6 +643,7 @@ def test_upstream_unknown_class_is_refused_without_importing(tmp_path):
 
 
 # ---------------------------------------------------------------- tensor collection classes (tensorclass hook)
+from torchdict import _saved_classes  # noqa: E402
 from torchdict import saving as saving_module  # noqa: E402
 from torchdict._base import TensorCollection  # noqa: E402
 
@@ -665,7 +666,7 @@ class Pair(TensorCollection):
 
 
 def test_a_collection_class_is_saved_by_name_and_loaded_when_registered(tmp_path, monkeypatch):
-    monkeypatch.setattr(saving_module, "_SAVED_CLASSES", {})
+    monkeypatch.setattr(_saved_classes, "_SAVED_CLASSES", {})
     pair = Pair(TensorDict({"left": torch.arange(3), "right": torch.ones(3)}, batch_size=[3]))
     holder = TensorDict({"pair": pair}, batch_size=[3])
     saved = holder.memmap(tmp_path)
@@ -680,8 +681,17 @@ def test_a_collection_class_is_saved_by_name_and_loaded_when_registered(tmp_path
 
 def test_an_unregistered_collection_class_is_refused_on_load(tmp_path, monkeypatch):
     saving_module.save_collection(Pair(TensorDict({"left": torch.arange(3)}, batch_size=[3])), tmp_path)
-    monkeypatch.setattr(saving_module, "_SAVED_CLASSES", {})
+    monkeypatch.setattr(_saved_classes, "_SAVED_CLASSES", {})
     with pytest.raises(RuntimeError, match=f"Could not find the class {__name__}:Pair"):
         TensorDict.load_memmap(tmp_path)
     saving_module.register_saved_class(Pair)
     assert type(TensorDict.load_memmap(tmp_path)) is Pair
+
+
+def test_the_functional_api_stays_importable_from_torchdict_saving(tmp_path):
+    from torchdict.saving import PersistenceMixin, load_memmap, register_saved_class
+
+    source = make_td()
+    source.memmap(tmp_path)
+    assert_same_content(load_memmap(tmp_path), source)
+    assert issubclass(TensorDict, PersistenceMixin) and register_saved_class(Pair) is Pair

@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 import pickle
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import pytest
 import torch
@@ -158,6 +158,35 @@ def test_batch_size_defaults_to_empty_and_accepts_int_and_size():
     assert Inner(torch.zeros(2)).batch_size == torch.Size([])
     assert Inner(torch.zeros(2), batch_size=2).batch_size == torch.Size([2])
     assert Inner(torch.zeros(2), batch_size=torch.Size([2])).batch_size == torch.Size([2])
+
+
+def test_batch_size_is_a_torch_size_and_is_checked_exactly():
+    data = Inner(torch.zeros(2), batch_size=[2])
+    assert type(data.batch_size) is torch.Size and data.shape == torch.Size([2])
+    assert type(data[0].batch_size) is torch.Size
+    assert Inner(torch.zeros(0, 3), batch_size=[0]).batch_size == torch.Size([0])
+    for value, batch_size in [(torch.tensor(1.0), [0]), (torch.tensor(1.0), [1]), (torch.zeros(2, 3), [2, 2])]:
+        with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+            Inner(value, batch_size=batch_size)
+    with pytest.raises(RuntimeError, match="non-negative"):
+        Inner(torch.zeros(2), batch_size=[-1])
+
+
+def test_tensor_subclasses_are_stored_as_they_are():
+    parameter = torch.nn.Parameter(torch.zeros(3))
+    assert Inner(parameter, batch_size=[3]).x is parameter
+    with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+        Inner(parameter, batch_size=[2])
+
+
+def test_classvar_is_not_a_field():
+    @tensorclass
+    class WithConstant:
+        x: torch.Tensor
+        scale: ClassVar[float] = 2.0
+
+    assert WithConstant._tc_field_names == ("x",)
+    assert WithConstant(torch.ones(1)).scale == 2.0
 
 
 def test_device_and_names():
@@ -628,6 +657,15 @@ def test_pickle_round_trip():
     assert loaded.tag == "t" and loaded.count == 3 and loaded.extra is None
 
 
+def test_pickle_keeps_frozen_and_locked_state():
+    data = make_outer()
+    data.lock_()
+    loaded = pickle.loads(pickle.dumps(data))
+    assert loaded.is_locked
+    with pytest.raises(RuntimeError, match="Cannot modify locked TensorDict"):
+        loaded.value = torch.ones(4)
+
+
 def test_copy_and_deepcopy():
     data = make_outer()
     shallow = copy.copy(data)
@@ -694,3 +732,12 @@ def test_vmap_over_a_tensorclass():
     result = torch.vmap(scaled)(data)
     assert type(result) is Outer and result.batch_size == torch.Size([4])
     assert torch.equal(result.inner.x, data.inner.x * 2)
+
+
+def test_docstring_examples_run():
+    import doctest
+    import sys
+
+    module = sys.modules["torchdict.tensorclass"]  # ``torchdict.tensorclass`` is also the decorator's name
+    failures, attempted = doctest.testmod(module, extraglobs={"torch": torch, "TensorDict": TensorDict})
+    assert attempted > 5 and failures == 0

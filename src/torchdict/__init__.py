@@ -6,6 +6,7 @@ from .memmap import MemoryMappedTensor
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
+from ._torch_function import cat, stack
 from . import _pytree  # noqa: F401  (registers TensorDict as a torch.utils._pytree node)
 
 __all__ = [
@@ -22,6 +23,8 @@ __all__ = [
     "unravel_key_list",
     "InplaceWriteError",
     "KeyThroughLeafError",
+    "stack",
+    "cat",
 ]
 
 __version__ = "0.1.0"

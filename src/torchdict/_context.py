@@ -149,7 +149,9 @@ class ContextMixin:
             state = self._cm = _ContextState(state)
         record = state.pending
         state.pending = None
-        snapshot = _snapshot(self) if record is not None and record[0] is _write_back else None
+        snapshot = None
+        if record is not None and record[0] is _write_back:
+            snapshot = _snapshot(self, not record[2])  # versions only where leaves may be copies
         state.stack.append((record, snapshot))
         return self
 
@@ -169,16 +171,32 @@ def _unwrap(value: Any) -> Any:
     return value if type(inner) is dict else inner
 
 
-def _snapshot(td: Any) -> tuple:
-    """The entries of ``td`` (by identity) and of its sub-collections, to diff against on exit."""
+def _version(tensor: torch.Tensor) -> Optional[int]:
+    """The tensor's version counter (bumped by every in-place op); None where torch keeps none."""
+    try:
+        return tensor._version
+    except RuntimeError:  # inference-mode tensors have no version counter
+        return None
+
+
+def _snapshot(td: Any, with_versions: bool) -> tuple:
+    """The entries of ``td`` (by identity) and of its sub-collections, to diff against on exit.
+
+    With ``with_versions``, also each tensor leaf's version counter, so that on exit only
+    leaves edited in place need copying back.
+    """
     nested = None
+    versions = {} if with_versions else None
     storage = td._tensordict
     for key, value in storage.items():
-        if isinstance(value, TensorCollection):
+        if isinstance(value, _Tensor):
+            if versions is not None:
+                versions[key] = _version(value)
+        elif isinstance(value, TensorCollection):
             if nested is None:
                 nested = {}
-            nested[key] = _snapshot(_unwrap(value))
-    return dict(storage), nested, td
+            nested[key] = _snapshot(_unwrap(value), with_versions)
+    return dict(storage), nested, versions
 
 
 _REMOVED: Any = object()  # data of the placeholder standing for a deleted entry
@@ -194,7 +212,7 @@ def _empty(template: Any) -> Any:
 class _Changes:
     """What changed in a child, as three TensorDicts in the child's layout (built on demand).
 
-    ``kept``: tensor leaves still the same objects (edited in place at most);
+    ``kept``: tensor leaves still the same objects but edited in place;
     ``changed``: entries set or replaced; ``removed``: placeholders where
     entries were deleted (a deleted sub-collection holds a ``_WHOLE`` marker).
     """
@@ -237,7 +255,7 @@ def _removed_copy(container: Any) -> Any:
 
 
 def _diff(td: Any, snapshot: tuple, changes: _Changes, want_kept: bool, chain: list, keys: list) -> None:
-    old_storage, old_nested, _ = snapshot
+    old_storage, old_nested, versions = snapshot
     storage = td._tensordict
     chain.append(td)
     found = 0
@@ -254,7 +272,9 @@ def _diff(td: Any, snapshot: tuple, changes: _Changes, want_kept: bool, chain: l
                 _diff(_unwrap(value), old_nested[key], changes, want_kept, chain, keys)
                 keys.pop()
             elif want_kept and isinstance(value, _Tensor):
-                changes.kept = changes._add(changes.kept, chain, keys, key, value)
+                version = versions.get(key)
+                if version is None or version != _version(value):  # edited in place (or can't tell)
+                    changes.kept = changes._add(changes.kept, chain, keys, key, value)
             continue
         if was_nested:
             # A replaced sub-collection: its old entries go, the new value comes in whole.

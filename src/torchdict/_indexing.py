@@ -93,9 +93,11 @@ def _convert_item(item: Any) -> Any:
     """Turn index items torch would treat as sequences into tensors (done once, not per leaf)."""
     if isinstance(item, (list, range)):
         try:
-            return torch.as_tensor(item if type(item) is list else list(item))
+            tensor = torch.as_tensor(item if type(item) is list else list(item))
         except (TypeError, ValueError, RuntimeError):
             return item  # e.g. a list holding slices: torch reads it as a tuple
+        # torch reads an empty list as an empty *integer* index.
+        return tensor.long() if not tensor.numel() and tensor.is_floating_point() else tensor
     if type(item).__module__ == "numpy":
         import numpy
 
@@ -112,8 +114,8 @@ def _dims_used(item: Any) -> int:
     """How many dims of the indexed tensor ``item`` consumes."""
     if item is None or item is Ellipsis or type(item) is bool:
         return 0
-    if isinstance(item, _Tensor) and item.dtype is torch.bool:
-        return item.dim()
+    if isinstance(item, _Tensor) and item.dtype in (torch.bool, torch.uint8):
+        return item.dim()  # a mask covers as many dims as it has
     return 1
 
 
@@ -168,6 +170,17 @@ def indexed_batch_size(index: Any, batch_size: torch.Size) -> tuple:
 
 
 # --------------------------------------------------------------------------- reading
+
+_ROW_BATCH: dict = {}  # batch size -> the batch size without its first dim (td[i] is a hot path)
+
+
+def _row_batch(batch: torch.Size) -> torch.Size:
+    rest = _ROW_BATCH.get(batch)
+    if rest is None:
+        if len(_ROW_BATCH) > 512:
+            _ROW_BATCH.clear()
+        rest = _ROW_BATCH[batch] = batch[1:]
+    return rest
 
 
 def _index_storage(storage: dict, index: Any, n_batch: int, new_batch: torch.Size) -> dict:
@@ -240,7 +253,7 @@ def index_tensordict(td: Any, index: Any) -> Any:
         size = batch[0]
         if not -size <= index < size:
             raise _out_of_bounds(index, size)
-        new_batch = batch[1:]
+        new_batch = _row_batch(batch)
         names = td._names
         return td._new_unsafe(_index_storage(td._tensordict, index, len(batch), new_batch), new_batch, td._device,
                               names[1:] if names is not None and any(names[1:]) else None)
@@ -332,6 +345,7 @@ def _destination_batch_error(dest_batch: torch.Size, batch: torch.Size, index: A
 
 
 def same_value(first: Any, second: Any) -> bool:
+    """Whether two non-tensor values are the same (``==`` only when it answers with a bool)."""
     if first is second:
         return True
     if type(first) is not type(second):
@@ -362,13 +376,6 @@ class _WritePlan:
         self.shift = shift
         self.copies: list = []  # (existing tensor, value tensor): existing[index] = value
         self.others: list = []  # (callable, args): allocations, new entries, non-tensor writes
-
-    def run(self) -> None:
-        index = self.index
-        for action, args in self.others:
-            action(*args)
-        for existing, value in self.copies:
-            existing[index] = value
 
 
 def _check_broadcast(value: torch.Tensor, target_shape: torch.Size) -> None:
@@ -409,6 +416,7 @@ def _plan_collection(plan: _WritePlan, target: Any, source: Any, prefix: tuple) 
     storage = target._tensordict
     shift = plan.shift
     copies = plan.copies
+    cls = type(target)
     for key, value in source._tensordict.items():
         existing = storage.get(key, _MISSING)
         if type(value) is _Tensor and type(existing) is _Tensor:  # the common case, kept lean
@@ -418,6 +426,8 @@ def _plan_collection(plan: _WritePlan, target: Any, source: Any, prefix: tuple) 
             elif value.shape[plan.n_dest:] != existing.shape[len(plan.top_batch):]:
                 _check_broadcast(value, value.shape[:plan.n_dest] + existing.shape[len(plan.top_batch):])
             copies.append((existing, value))
+        elif type(value) is cls and type(existing) is cls:  # a sub-TensorDict into a sub-TensorDict
+            _plan_collection(plan, existing, value, prefix + (key,))
         else:
             _plan_entry(plan, target, key, existing, value, prefix)
 
@@ -475,6 +485,8 @@ def _plan_broadcast(plan: _WritePlan, target: Any, value: Any) -> None:
     n_top = len(plan.top_batch)
     for leaf in target._tensordict.values():
         if isinstance(leaf, _Tensor):
+            if type(value) is complex and not leaf.is_complex():
+                raise TypeError(f"cannot write the complex number {value} into a {leaf.dtype} leaf")
             if isinstance(value, _Tensor):
                 target_shape = plan.dest_batch + leaf.shape[n_top:]
                 if value.shape != target_shape:
@@ -491,14 +503,14 @@ def set_at_index(td: Any, index: Any, value: Any) -> None:
         size = batch[0]
         if not -size <= index < size:
             raise _out_of_bounds(index, size)
-        items, dest_batch, shift = index, batch[1:], 1
+        items, dest_batch, shift = index, _row_batch(batch), 1
     else:
         if not batch and any(_dims_used(item) for item in (index if type(index) is tuple else (index,))):
             raise IndexError("too many indices for tensor of dimension 0")
         items, dest_batch = indexed_batch_size(index, batch)
         shift = None
-    if isinstance(value, TensorCollection):
-        source = unwrap(value)
+    if type(value) is type(td) or isinstance(value, TensorCollection):
+        source = value if type(value) is type(td) else unwrap(value)
         if source._batch_size != dest_batch:
             raise _destination_batch_error(dest_batch, batch, index, source._batch_size)
     elif isinstance(value, Mapping):
@@ -510,7 +522,17 @@ def set_at_index(td: Any, index: Any, value: Any) -> None:
         return
     plan = _WritePlan(items, batch, dest_batch, shift)
     _plan_collection(plan, td, source, ())
-    plan.run()
+    _run(plan)
+
+
+def _run(plan: _WritePlan) -> None:
+    """Carry out a checked plan: new entries first, then the in-place copies."""
+    index = plan.index
+    if plan.others:
+        for action, args in plan.others:
+            action(*args)
+    for existing, value in plan.copies:
+        existing[index] = value
 
 
 def _broadcast_into(td: Any, items: Any, dest_batch: torch.Size, value: Any) -> None:
@@ -527,39 +549,31 @@ def _broadcast_into(td: Any, items: Any, dest_batch: torch.Size, value: Any) -> 
             )
     plan = _WritePlan(items, td._batch_size, dest_batch, None)
     _plan_broadcast(plan, td, value)
-    plan.run()
+    _run(plan)
 
 
 # --------------------------------------------------------------------------- the mixin
 
 
 class IndexingMixin:
+    """``td[index]`` and ``td[index] = value`` for batch indices (the core handles keys).
+
+    >>> import torch
+    >>> from torchdict import TensorDict
+    >>> td = TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4])
+    >>> td[..., :2].batch_size, td[0]["a"].shape
+    (torch.Size([3, 2]), torch.Size([4, 5]))
+    >>> data = TensorDict({}, batch_size=[4])
+    >>> data[1] = {"x": torch.ones(2)}  # a new key: zeros of the full batch, then row 1 written
+    >>> data["x"]
+    tensor([[0., 0.],
+            [1., 1.],
+            [0., 0.],
+            [0., 0.]])
+    """
+
     __slots__ = ()
 
-    def _index(self, index: Any) -> Any:
-        """``td[index]`` for a batch index (the core's ``__getitem__`` handles keys).
-
-        >>> import torch
-        >>> from torchdict import TensorDict
-        >>> td = TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4])
-        >>> td[..., :2].batch_size, td[0]["a"].shape
-        (torch.Size([3, 2]), torch.Size([4, 5]))
-        """
-        return index_tensordict(self, index)
-
-    def _set_at_index(self, index: Any, value: Any) -> None:
-        """``td[index] = value``: a TensorDict/mapping key by key, a tensor/number into every leaf.
-
-        Keys of the value that the target lacks are allocated on first write.
-
-        >>> import torch
-        >>> from torchdict import TensorDict
-        >>> data = TensorDict({}, batch_size=[4])
-        >>> data[1] = {"x": torch.ones(2)}
-        >>> data["x"]
-        tensor([[0., 0.],
-                [1., 1.],
-                [0., 0.],
-                [0., 0.]])
-        """
-        set_at_index(self, index, value)
+    # The functions themselves, not wrappers: one call less on the hottest paths.
+    _index = index_tensordict
+    _set_at_index = set_at_index

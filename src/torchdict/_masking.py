@@ -12,10 +12,13 @@ from typing import Any
 
 import torch
 
-from ._apply import flat_tensors, rebuild, tensor_leaves
+from ._apply import flat_tensors, rebuild, tensor_leaves, unwrap
+from ._base import TensorCollection
 from ._operands import (
+    TdOperands,
     check_inplace_shapes,
     describe,
+    distinct_leaves,
     empty_like_operand,
     grow_error,
     operand_per_leaf,
@@ -126,6 +129,8 @@ def lerp(td: Any, end: Any, weight: Any, inplace: bool = False) -> Any:
     if inplace:
         check_inplace_shapes(leaves, ends)
         check_inplace_shapes(leaves, weights)
+        if not isinstance(weights, list):
+            leaves, ends = distinct_leaves(leaves, ends)
         for position, leaf in _distinct_dtypes(leaves, ends, weights):
             end_item, weight_item = ends[position], _item(weights, position)
             preflight(("lerp_", leaf.dtype, leaf.device.type, describe(end_item), describe(weight_item)),
@@ -147,25 +152,31 @@ def lerp(td: Any, end: Any, weight: Any, inplace: bool = False) -> Any:
 # --------------------------------------------------------------------------- where / masked_fill
 
 
-def _condition_per_leaf(td: Any, leaves: list, condition: Any, name: str) -> list:
-    """The boolean ``condition`` viewed for each leaf, broadcast from the left over the batch dims."""
-    if not isinstance(condition, _Tensor):
-        raise TypeError(f"{name}(): the condition must be a tensor, got {type(condition).__name__}.")
+def _condition_per_leaf(td: Any, leaves: list, condition: Any, name: str) -> tuple:
+    """``(leaves, one condition view per leaf)``: a boolean tensor broadcast from the left over the
+    batch dims, or a TensorDict of booleans with the same keys (paired by key)."""
     batch_size = td._batch_size
+    if isinstance(condition, TensorCollection):
+        pairs = TdOperands(td, unwrap(condition))
+        if pairs.batch_size != batch_size:
+            raise grow_error(batch_size, pairs.batch_size)
+        return pairs.leaves, pairs.others
+    if not isinstance(condition, _Tensor):
+        raise TypeError(f"{name}(): the condition must be a tensor or a TensorDict, got {type(condition).__name__}.")
     n_batch = len(batch_size)
     batch_part = condition.shape[:n_batch] + (1,) * max(n_batch - condition.ndim, 0)
     new_batch = torch.broadcast_shapes(batch_size, batch_part)
     if new_batch != batch_size:
         raise grow_error(batch_size, new_batch)
     cache: dict = {}
-    return [padded(condition, leaf.ndim, cache) for leaf in leaves]
+    return leaves, [padded(condition, leaf.ndim, cache) for leaf in leaves]
 
 
 def where(td: Any, condition: torch.Tensor, other: Any, swap: bool = False) -> Any:
     """``torch.where(condition, leaf, other)`` per leaf (``torch.where(condition, other, leaf)`` when ``swap``)."""
     leaves, flat = leaves_of(td)
+    leaves, conditions = _condition_per_leaf(td, leaves, condition, "where")
     leaves, others = operand_per_leaf(td, leaves, other, "where")
-    conditions = _condition_per_leaf(td, leaves, condition, "where")
     results = []
     for position, (leaf, leaf_condition) in enumerate(zip(leaves, conditions)):
         item = _item(others, position)
@@ -176,7 +187,7 @@ def where(td: Any, condition: torch.Tensor, other: Any, swap: bool = False) -> A
 def masked_fill(td: Any, mask: torch.Tensor, value: Any, inplace: bool = False) -> Any:
     """``leaf.masked_fill(mask, value)`` per leaf, the mask broadcast from the left over the batch dims."""
     leaves, flat = leaves_of(td)
-    masks = _condition_per_leaf(td, leaves, mask, "masked_fill")
+    leaves, masks = _condition_per_leaf(td, leaves, mask, "masked_fill")
     if not inplace:
         return finish(td, [leaf.masked_fill(leaf_mask, value) for leaf, leaf_mask in zip(leaves, masks)], flat)
     check_inplace_shapes(leaves, masks)

@@ -11,12 +11,14 @@ structure in another form.
 """
 from __future__ import annotations
 
+from operator import is_not, methodcaller
 from typing import Any, Optional
 
 import torch
 
 from ._apply import flat_tensors, keep_non_tensor, rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
+from ._context import undo_to, write_back
 from ._convert import parse_batch_size, parse_device
 
 _Tensor = torch.Tensor
@@ -39,11 +41,11 @@ def _map_leaves(td: Any, fn: Any, *, device: Any = None, keep_lock: bool = False
     storage = td._tensordict
     leaves = flat_tensors(storage)
     if leaves is not None:
-        result = td._new_like(dict(zip(storage, [fn(leaf) for leaf in leaves])))
+        result = td._new_like(dict(zip(storage, map(fn, leaves))))
         if device is not None:
             result._device = device
     else:
-        results = [fn(leaf) for leaf in tensor_leaves(td)]
+        results = list(map(fn, tensor_leaves(td)))
         kwargs = {} if device is None else {"device": device}
         result = rebuild(td, iter(results), td._batch_size, non_tensor=non_tensor, **kwargs)
     if keep_lock and td._is_locked:
@@ -100,22 +102,15 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
     moving = device is not None and device != td._device
     if not moving and dtype is None:
         return td
-    if device is None:
-        def convert(leaf: torch.Tensor) -> torch.Tensor:
-            return leaf.to(dtype, non_blocking=non_blocking)
-    elif dtype is None:
-        def convert(leaf: torch.Tensor) -> torch.Tensor:
-            return leaf.to(device, non_blocking=non_blocking)
-    else:
-        def convert(leaf: torch.Tensor) -> torch.Tensor:
-            return leaf.to(device, dtype, non_blocking=non_blocking)
+    target = tuple(item for item in (device, dtype) if item is not None)
+    convert = methodcaller("to", *target, non_blocking=True) if non_blocking else methodcaller("to", *target)
     storage = td._tensordict
     leaves = flat_tensors(storage)
     flat = leaves is not None
     if not flat:
         leaves = tensor_leaves(td)
-    results = [convert(leaf) for leaf in leaves]
-    if not moving and all(result is leaf for result, leaf in zip(results, leaves)):
+    results = list(map(convert, leaves))
+    if not moving and not any(map(is_not, results, leaves)):
         return td  # every leaf already had that dtype (Tensor.to returned it)
     if flat and not moving:
         result = td._new_like(dict(zip(storage, results)))
@@ -280,8 +275,12 @@ class MovesMixin:
         """True when every leaf is contiguous."""
         return all(leaf.is_contiguous() for leaf in tensor_leaves(self))
 
+    @write_back(undo_to)
     def to(self, *args: Any, **kwargs: Any) -> Any:
         """Move and/or cast every leaf, like ``Tensor.to``; returns self when nothing changes.
+
+        In a ``with`` block, edits to the result are written back to self on exit
+        (cast back to each leaf's dtype and device).
 
         Accepts a device, a dtype, both, a tensor (its device and dtype) or a TensorDict
         (its device), plus ``non_blocking=`` and ``batch_size=`` (which sets the batch size

@@ -18,6 +18,7 @@ through them into the leaves.
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Optional
 
 import torch
@@ -27,6 +28,8 @@ from ._base import TensorCollection
 
 _Tensor = torch.Tensor
 _SCALARS = (bool, int, float, complex)
+_dtype_of = operator.attrgetter("dtype")
+_ndim_of = operator.attrgetter("ndim")
 
 UNSUPPORTED: Any = object()  # what as_operand returns for a type no leaf-wise op accepts
 
@@ -154,9 +157,9 @@ class TdOperands:
         others: Optional[list] = None
         self.non_tensor_pairs: dict = {}
         if leaves is not None and storage.keys() == other_storage.keys():
-            others = [other_storage[key] for key in storage]
-            for item in others:
-                if not isinstance(item, _Tensor):
+            others = list(map(other_storage.__getitem__, storage))
+            for leaf_type in set(map(type, others)):
+                if not issubclass(leaf_type, _Tensor):
                     others = None
                     break
         self.flat = others is not None
@@ -168,11 +171,13 @@ class TdOperands:
         if batch == other_batch:
             self.batch_size = batch
             n_batch = len(batch)
-            for position, (leaf, other_leaf) in enumerate(zip(leaves, others)):
-                if leaf.ndim != other_leaf.ndim:  # cheap test first: the common case is equal dims
-                    features = max(leaf.ndim, other_leaf.ndim) - n_batch
-                    leaves[position] = align(leaf, n_batch, n_batch, features)
-                    others[position] = align(other_leaf, n_batch, n_batch, features)
+            ndims, other_ndims = list(map(_ndim_of, leaves)), list(map(_ndim_of, others))
+            if ndims != other_ndims:  # two C-level passes first: the common case is equal dims
+                for position, (ndim, other_ndim) in enumerate(zip(ndims, other_ndims)):
+                    if ndim != other_ndim:
+                        features = max(ndim, other_ndim) - n_batch
+                        leaves[position] = align(leaves[position], n_batch, n_batch, features)
+                        others[position] = align(others[position], n_batch, n_batch, features)
         else:
             self.batch_size = torch.broadcast_shapes(batch, other_batch)
             n_new, n_batch, n_other = len(self.batch_size), len(batch), len(other_batch)
@@ -267,3 +272,29 @@ def check_inplace_shapes(leaves: list, others: Any) -> None:
             if shape != leaf.shape:
                 raise RuntimeError(f"output with shape {list(leaf.shape)} doesn't match the broadcast shape "
                                    f"{list(shape)}")
+
+
+def leaves_by_dtype(leaves: list) -> list:
+    """One leaf per distinct dtype (what an in-place preflight needs to look at)."""
+    dtypes = set(map(_dtype_of, leaves))  # a C-level pass over the leaves
+    if len(dtypes) == 1:
+        return leaves[:1]
+    return list({leaf.dtype: leaf for leaf in leaves}.values())
+
+
+def distinct_leaves(leaves: list, others: Any = None) -> tuple:
+    """``(leaves, others)`` with repeated leaf objects kept once (with their first operand).
+
+    A TensorDict may hold one tensor under several keys (``fromkeys`` does); an
+    in-place op must change each entry once, not once per key.
+    """
+    if len(set(map(id, leaves))) == len(leaves):
+        return leaves, others
+    seen: set = set()
+    keep = []
+    for position, leaf in enumerate(leaves):
+        if id(leaf) not in seen:
+            seen.add(id(leaf))
+            keep.append(position)
+    kept_others = [others[position] for position in keep] if isinstance(others, list) else others
+    return [leaves[position] for position in keep], kept_others

@@ -19,6 +19,7 @@ Most methods are generated from two tables (:data:`BINARY_OPS`,
 from __future__ import annotations
 
 import operator
+from itertools import repeat
 from typing import Any, Callable, Optional
 
 import torch
@@ -33,8 +34,10 @@ from ._operands import (
     as_operand,
     check_inplace_shapes,
     describe,
+    distinct_leaves,
     empty_like_operand,
     grow_error,
+    leaves_by_dtype,
     preflight,
     tensor_operands,
 )
@@ -129,15 +132,17 @@ def _run(op: PointwiseOp, leaves: list, other: Any, paired: bool, kwargs: dict, 
         return []
     if op.foreach is not None and not kwargs and not reflected:
         try:
-            return list(op.foreach(leaves, other))
+            return op.foreach(leaves, other)
         except _NO_FALLBACK:
             pass  # the loop below gives torch's own error (or does what foreach doesn't)
     fn = op.reflected if reflected else op.per_leaf
     if fn is None:
         raise TypeError(f"{op.name} has no reflected form.")
-    if paired:
-        return [fn(leaf, item, **kwargs) for leaf, item in zip(leaves, other)]
-    return [fn(leaf, other, **kwargs) for leaf in leaves]
+    if kwargs:
+        if paired:
+            return [fn(leaf, item, **kwargs) for leaf, item in zip(leaves, other)]
+        return [fn(leaf, other, **kwargs) for leaf in leaves]
+    return list(map(fn, leaves, other if paired else repeat(other)))  # a C-level loop
 
 
 def binary(td: Any, other: Any, op: PointwiseOp, kwargs: dict, reflected: bool = False) -> Any:
@@ -163,16 +168,39 @@ def binary(td: Any, other: Any, op: PointwiseOp, kwargs: dict, reflected: bool =
     flat = leaves is not None
     if not flat:
         leaves = tensor_leaves(td)
-    if isinstance(operand, _Tensor) and operand.ndim:
-        leaves, others, batch_size = tensor_operands(td._batch_size, leaves, operand)
+    if isinstance(operand, _Tensor):
+        if operand.ndim:
+            leaves, others, batch_size = tensor_operands(td._batch_size, leaves, operand)
+        else:
+            # A 0-dim tensor is paired with each leaf (foreach's tensor-as-scalar form would
+            # promote differently from torch when the leaf is 0-dim too).
+            others, batch_size = [operand] * len(leaves), td._batch_size
         results = _run(op, leaves, others, True, kwargs, reflected)
-        if flat and batch_size == td._batch_size:
-            return td._new_like(dict(zip(storage, results)))
-        return rebuild(td, iter(results), batch_size)
+        if batch_size == td._batch_size:
+            return finish(td, results, flat)
+        return rebuild(td, iter(results), batch_size, non_tensor=_grown_non_tensor(td.batch_dims, operand.ndim))
     results = _run(op, leaves, operand, False, kwargs, reflected)
     if flat:
         return td._new_like(dict(zip(storage, results)))
     return rebuild(td, iter(results), td._batch_size)
+
+
+def _grown_non_tensor(n_batch: int, n_operand: int) -> Callable:
+    """Non-tensor leaves under a batch grown by a tensor operand (aligned on the left, like the leaves)."""
+    extra = max(n_operand - n_batch, 0)
+
+    def grow(leaf: Any, batch_size: torch.Size) -> Any:
+        if leaf.batch_size == batch_size:
+            return leaf
+        if type(leaf) is NonTensorData:
+            return leaf._with_batch_size(batch_size)
+
+        def spread(grid: torch.Tensor) -> torch.Tensor:
+            return grid.view(grid.shape[:n_batch] + (1,) * extra + grid.shape[n_batch:]).expand(batch_size)
+
+        return leaf._batch_op(spread)
+
+    return grow
 
 
 def _non_tensor_comparison(pairs: dict, equal: bool) -> Callable:
@@ -226,10 +254,13 @@ def binary_(td: Any, other: Any, op: PointwiseOp, kwargs: dict) -> Any:
             leaves, others, new_batch = tensor_operands(batch_size, leaves, operand)
             if new_batch != batch_size:
                 raise grow_error(batch_size, new_batch)
+        elif isinstance(operand, _Tensor):
+            others = [operand] * len(leaves)
         else:
             others, paired = operand, False
     if not leaves:
         return td
+    leaves, others = distinct_leaves(leaves, others)
     _preflight_binary(op, leaves, others, paired, kwargs)
     if op.foreach_ is not None and not kwargs:
         op.foreach_(leaves, others)
@@ -244,11 +275,12 @@ def binary_(td: Any, other: Any, op: PointwiseOp, kwargs: dict) -> Any:
 
 def _preflight_binary(op: PointwiseOp, leaves: list, others: Any, paired: bool, kwargs: dict) -> None:
     if paired:
-        distinct = {(leaf.dtype, item.dtype, item.ndim == 0): (leaf, item) for leaf, item in zip(leaves, others)}
+        distinct = list({(leaf.dtype, item.dtype, item.ndim == 0): (leaf, item)
+                         for leaf, item in zip(leaves, others)}.values())
     else:
-        distinct = {leaf.dtype: (leaf, others) for leaf in leaves}
+        distinct = [(leaf, others) for leaf in leaves_by_dtype(leaves)]
     extra = tuple(kwargs.items())
-    for leaf, item in distinct.values():
+    for leaf, item in distinct:
         preflight((op.name, leaf.dtype, leaf.device.type, describe(item), extra),
                   lambda: op.inplace(torch.empty(0, dtype=leaf.dtype, device=leaf.device),
                                      empty_like_operand(item), **kwargs))
@@ -276,9 +308,10 @@ def unary_(td: Any, op: PointwiseOp, args: tuple, kwargs: dict) -> Any:
     leaves, _ = leaves_of(td)
     if not leaves:
         return td
+    leaves, _ = distinct_leaves(leaves)
     extra = (args, tuple(kwargs.items()))
     fn = op.inplace
-    for leaf in {leaf.dtype: leaf for leaf in leaves}.values():
+    for leaf in leaves_by_dtype(leaves):
         preflight((op.name, leaf.dtype, leaf.device.type, extra),
                   lambda: fn(torch.empty(0, dtype=leaf.dtype, device=leaf.device), *args, **kwargs))
     if op.foreach_ is not None and not args and not kwargs:
@@ -303,7 +336,7 @@ def fill_(td: Any, key: Any, value: Any) -> Any:
         leaves = [entry]
     else:
         raise TypeError(f"fill_(): the entry {key!r} holds non-tensor data.")
-    for leaf in {leaf.dtype: leaf for leaf in leaves}.values():
+    for leaf in leaves_by_dtype(leaves):
         preflight(("fill_", leaf.dtype, leaf.device.type, describe(value)),
                   lambda: torch.empty(0, dtype=leaf.dtype, device=leaf.device).fill_(empty_like_operand(value)))
     for leaf in leaves:
@@ -589,3 +622,47 @@ def _install() -> None:
 
 
 _install()
+
+
+# --------------------------------------------------------------------------- torch.<fn>(td, ...)
+
+
+def _torch_binary(op: PointwiseOp) -> Callable:
+    """``torch.<op>(input, other, ...)`` with a TensorDict as either argument."""
+    swapped = PointwiseOp(op.name, inplace=False)
+    swapped.reflected = lambda leaf, item, **kwargs: op.per_leaf(item, leaf, **kwargs)
+
+    def handler(input: Any, other: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(input, TensorCollection):
+            return getattr(input, op.name)(other, *args, **kwargs)
+        if args:
+            raise TypeError(f"torch.{op.name}() with a TensorDict second takes keyword options only.")
+        result = binary(unwrap(other), input, swapped, kwargs, reflected=True)
+        if result is UNSUPPORTED:
+            raise TypeError(f"torch.{op.name}(): unsupported operand type {type(input).__name__}.")
+        return result
+
+    return handler
+
+
+def _register_torch_functions() -> None:
+    from ._torch_function import TORCH_FUNCTIONS, dispatch_to_method
+
+    for name, op in BINARY_OPS.items():
+        function = getattr(torch, name, None)
+        if function is not None:
+            TORCH_FUNCTIONS[function] = _torch_binary(op)
+    for name, alias in (("mul", "multiply"), ("sub", "subtract"), ("div", "divide"), ("div", "true_divide"),
+                        ("gt", "greater"), ("ge", "greater_equal"), ("lt", "less"), ("le", "less_equal"),
+                        ("ne", "not_equal")):
+        TORCH_FUNCTIONS[getattr(torch, alias)] = _torch_binary(BINARY_OPS[name])
+    methods = list(UNARY_OPS) + [f"{name}_" for name, op in UNARY_OPS.items() if op.inplace is not None]
+    methods += ["sum", "nansum", "mean", "nanmean", "prod", "std", "var", "amax", "amin", "max", "min", "all",
+                "any", "clamp", "clamp_", "clip", "lerp", "masked_fill", "zero_", "absolute", "negative"]
+    for name in methods:
+        function = getattr(torch, name, None)
+        if function is not None and function not in TORCH_FUNCTIONS:
+            dispatch_to_method(function, name)
+
+
+_register_torch_functions()

@@ -21,6 +21,8 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from . import _channel as channel
+
 __all__ = ["WorkerPool", "WorkerError", "RemoteTraceback"]
 
 # Tasks queued on one worker at a time: one running, one waiting, so the worker
@@ -140,9 +142,15 @@ class WorkerPool:
             name=f"torchdict-map-{self._started}",
             daemon=True,
         )
+        import gc
+
+        # Objects frozen before fork are not scanned by the child's garbage
+        # collector, so the child does not write to (and copy) the parent's pages.
+        gc.freeze()
         try:
             process.start()
         finally:
+            gc.unfreeze()
             child_conn.close()  # the child holds its end; ours would keep the pipe open after it dies
         worker = _Worker(process, parent_conn)
         self._workers.append(worker)
@@ -158,7 +166,7 @@ class WorkerPool:
         count = min(count, self.num_workers)
         workers = self._workers[:count]
         for worker in workers:
-            worker.conn.send(("job", job))
+            channel.send(worker.conn, ("job", job))
         while len(workers) < count:
             workers.append(self._start_worker(job))
         return workers
@@ -172,19 +180,13 @@ class WorkerPool:
 
     def _end_job(self, workers: list) -> None:
         for worker in workers:
-            try:
-                worker.conn.send(("end",))
-            except OSError:
-                pass
+            _send(worker, ("end",))
 
     def close(self) -> None:
         """Stop the workers gracefully (they finish their current message), then join them."""
         workers, self._workers = self._workers, []
         for worker in workers:
-            try:
-                worker.conn.send(("stop",))
-            except OSError:
-                pass
+            _send(worker, ("stop",))
         for worker in workers:
             worker.process.join(_JOIN_TIMEOUT_S)
             if worker.process.is_alive():
@@ -285,8 +287,10 @@ class Execution:
     def _read(self, worker: _Worker) -> Iterator[tuple]:
         while worker.conn.poll():
             try:
-                message = worker.conn.recv()
-            except (EOFError, OSError):
+                message = channel.receive(worker.conn)
+            except (EOFError, OSError, RuntimeError):
+                if worker.process.is_alive():
+                    raise
                 return  # the worker died mid-message; its sentinel reports it
             kind = message[0]
             if kind == "done":
@@ -316,7 +320,7 @@ class Execution:
 def _send(worker: _Worker, message: tuple) -> None:
     """Send to a worker; if it is dead, its sentinel reports that on the next wait."""
     try:
-        worker.conn.send(message)
+        channel.send(worker.conn, message)
     except (BrokenPipeError, ConnectionResetError):
         pass
 

@@ -91,8 +91,9 @@ class _Node:
     ``kinds`` is aligned with ``keys``: ``_CHILD``, a nested ``_Node`` or a
     ``_Constant``. The root also keeps ``probe``: ``(index, ndim)`` of its
     first tensor child when flattened, to measure how many dims a transform
-    added or removed (None when there is no tensor). ``template`` is the tensorclass instance a
-    tensorclass level is rebuilt from (None for TensorDicts).
+    added or removed (None when there is no tensor). ``template`` is the
+    tensorclass instance a tensorclass level is rebuilt from (None for
+    TensorDicts).
 
     Two nodes are equal when they have the same classes, keys, nesting,
     number of batch dims, device, names and non-tensor values: like a
@@ -101,7 +102,7 @@ class _Node:
 
     __slots__ = ("cls", "td_cls", "keys", "kinds", "batch_size", "device", "names", "template", "probe")
 
-    def __init__(self, cls: type, td_cls: type, keys: tuple, kinds: tuple, batch_size: torch.Size,
+    def __init__(self, cls: type, td_cls: Any, keys: tuple, kinds: tuple, batch_size: torch.Size,
                  device: Optional[torch.device], names: Optional[list], template: Any) -> None:
         self.cls = cls
         self.td_cls = td_cls
@@ -147,7 +148,7 @@ def _describe(collection: Any, children: list, probe: list) -> _Node:
     inner = collection._tensordict
     if type(inner) is not dict:  # a tensorclass: its fields live in a TensorDict
         td, template = inner, collection
-    kinds = []
+    kinds: list = []
     for leaf in td._tensordict.values():
         if isinstance(leaf, _Tensor):
             if not probe:
@@ -184,7 +185,7 @@ def _child_paths(node: _Node, prefix: tuple) -> Iterator[tuple]:
 def _flatten_with_keys(collection: Any) -> Tuple[List[Tuple[Any, Any]], _Node]:
     children, node = _flatten(collection)
     paths = _child_paths(node, ())
-    keyed = [(pytree.MappingKey(path[0] if len(path) == 1 else path), child)
+    keyed: List[Tuple[Any, Any]] = [(pytree.MappingKey(path[0] if len(path) == 1 else path), child)
              for path, child in zip(paths, children)]
     return keyed, node
 

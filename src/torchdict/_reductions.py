@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ._apply import DROP, rebuild, tensor_leaves
+from ._apply import DROP, flat_tensors, rebuild, tensor_leaves
 
 _Tensor = torch.Tensor
 _NO_DIM: Any = object()
@@ -144,12 +144,24 @@ def reduce(td: Any, name: str, dim: Any = _NO_DIM, keepdim: bool = False, kwargs
         def batch_of(old: torch.Size) -> torch.Size:
             return new_batch + old[n_batch:]
 
-        def per_leaf(leaf: torch.Tensor) -> Any:
-            if name in _WITH_INDICES:
-                return _max_min_dims(name, leaf, dims, keepdim)
-            return _reduce_dims(name, leaf, dims, keepdim, kwargs)
+        torch_fn = getattr(torch, name)
+        if len(dims) == 1 and name not in _WITH_INDICES and name not in ("std", "var"):
+            # The common ``td.sum(0)``: torch's positional (input, dim, keepdim) form.
+            single = dims[0]
 
-    results = [per_leaf(leaf) for leaf in tensor_leaves(td)]
+            def per_leaf(leaf: torch.Tensor) -> Any:
+                return torch_fn(leaf, single, keepdim, **kwargs)
+        else:
+            def per_leaf(leaf: torch.Tensor) -> Any:
+                if name in _WITH_INDICES:
+                    return _max_min_dims(name, leaf, dims, keepdim)
+                return _reduce_dims(name, leaf, dims, keepdim, kwargs)
+
+    storage = td._tensordict
+    flat = flat_tensors(storage)
+    if flat is not None and name not in _WITH_INDICES:
+        return td._new_unsafe(dict(zip(storage, map(per_leaf, flat))), new_batch, td._device)
+    results = [per_leaf(leaf) for leaf in (flat if flat is not None else tensor_leaves(td))]
     if name in _WITH_INDICES and not whole:
         values = rebuild(td, (pair[0] for pair in results), new_batch, batch_of, _drop_non_tensor)
         indices = rebuild(td, (pair[1] for pair in results), new_batch, batch_of, _drop_non_tensor)

@@ -16,6 +16,16 @@ import torch
 
 from ._apply import map_batch, rewrap, unwrap
 from ._base import TensorCollection
+from ._context import (
+    undo_flip,
+    undo_movedim,
+    undo_permute,
+    undo_reshape,
+    undo_roll,
+    undo_transpose,
+    undo_view,
+    write_back,
+)
 from ._errors import batch_mismatch_error
 from ._indexing import batch_probe
 from .nontensor import NonTensorData
@@ -76,7 +86,10 @@ def _with_names(result: Any, names: Optional[list]) -> Any:
 def view(td: Any, args: tuple, size: Any, batch_size: Any) -> Any:
     if len(args) == 1 and isinstance(args[0], torch.dtype):
         return view_dtype(td, args[0])
-    shape = parse_shape(args) if args else tuple(size if size is not None else batch_size)
+    if args:
+        shape = parse_shape(args)
+    else:
+        shape = tuple(size if size is not None else (batch_size if batch_size is not None else ()))
     batch = td._batch_size
     if shape == tuple(batch):
         return td
@@ -445,8 +458,12 @@ def new_filled(td: Any, args: tuple, make: Callable[..., torch.Tensor], kwargs: 
 
 
 class ShapeMixin:
+    """Shape ops on the batch dims. Those with an inverse are declared with ``write_back``:
+    used in a ``with`` block, what changed in the result is written back to the parent on exit."""
+
     __slots__ = ()
 
+    @write_back(undo_view)
     def view(self, *shape: Any, size: Any = None, batch_size: Any = None) -> Any:
         """The same leaves viewed with a new batch shape (``-1`` inferred); ``view(dtype)`` per leaf.
 
@@ -459,6 +476,7 @@ class ShapeMixin:
         """
         return view(self, shape, size, batch_size)
 
+    @write_back(undo_reshape)
     def reshape(self, *shape: Any, **kwargs: Any) -> Any:
         """Like :meth:`view` but copies the leaves that can't be viewed.
 
@@ -469,8 +487,11 @@ class ShapeMixin:
         """
         if not shape:
             shape = (kwargs.get("shape", kwargs.get("batch_size")),)
+            if shape[0] is None:
+                raise TypeError("reshape() needs the new batch shape, e.g. td.reshape(-1) or td.reshape(2, 6).")
         return reshape(self, shape)
 
+    @write_back(undo_reshape)
     def unsqueeze(self, dim: int) -> Any:
         """Insert a batch dim of size 1 at ``dim`` (negative dims count from the last batch dim).
 
@@ -481,6 +502,7 @@ class ShapeMixin:
         """
         return unsqueeze(self, dim)
 
+    @write_back(undo_reshape)
     def squeeze(self, dim: Optional[int] = None) -> Any:
         """Drop batch dims of size 1 (all of them, or ``dim``); feature dims are kept.
 
@@ -491,6 +513,7 @@ class ShapeMixin:
         """
         return squeeze(self, dim)
 
+    @write_back(undo_permute)
     def permute(self, *dims: Any) -> Any:
         """Reorder the batch dims.
 
@@ -501,6 +524,7 @@ class ShapeMixin:
         """
         return permute(self, dims)
 
+    @write_back(undo_transpose)
     def transpose(self, dim0: int, dim1: int) -> Any:
         """Swap two batch dims.
 
@@ -514,6 +538,7 @@ class ShapeMixin:
     swapaxes = transpose
     swapdims = transpose
 
+    @write_back(undo_movedim)
     def movedim(self, source: Any, destination: Any) -> Any:
         """Move batch dims ``source`` to positions ``destination`` (as ``torch.movedim``)."""
         return movedim(self, source, destination)
@@ -534,6 +559,7 @@ class ShapeMixin:
         """``expand`` to ``other``'s batch size (or shape for a tensor)."""
         return expand(self, (other.shape,))
 
+    @write_back(undo_reshape)
     def flatten(self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False) -> Any:
         """Merge batch dims ``start_dim..end_dim`` into one (all of them by default).
 
@@ -545,6 +571,7 @@ class ShapeMixin:
         result = flatten(self, 0 if start_dim is None else start_dim, -1 if end_dim is None else end_dim)
         return _in_place(self, result) if inplace else result
 
+    @write_back(undo_reshape)
     def unflatten(self, dim: int, unflattened_size: Sequence[int], *, inplace: bool = False) -> Any:
         """Split batch dim ``dim`` into ``unflattened_size`` (one ``-1`` allowed).
 
@@ -588,10 +615,12 @@ class ShapeMixin:
         """Tile the batch dims ``repeats`` times each (feature dims are not repeated)."""
         return repeat(self, repeats)
 
+    @write_back(undo_flip)
     def flip(self, *dims: Any) -> Any:
         """Reverse the order along the given batch dims."""
         return flip(self, dims)
 
+    @write_back(undo_roll)
     def roll(self, shifts: Any, dims: Any = None) -> Any:
         """Roll along batch dims (the flattened batch when ``dims`` is None)."""
         return roll(self, shifts, dims)

@@ -192,18 +192,18 @@ def _collect(tds: Sequence[Any], verb: str) -> tuple:
     return inners, storages, same_sizes
 
 
-def stack(tds: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+def stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     """Stack TensorDicts (or tensorclasses) along a new batch dim ``dim``; the leaves are copied.
 
     >>> import torch
     >>> from torchdict import TensorDict
-    >>> tds = [TensorDict({"a": torch.zeros(3, 5)}, batch_size=[3]) for _ in range(2)]
-    >>> stack(tds, 1)["a"].shape
+    >>> tensors = [TensorDict({"a": torch.zeros(3, 5)}, batch_size=[3]) for _ in range(2)]
+    >>> stack(tensors, 1)["a"].shape
     torch.Size([3, 2, 5])
     """
-    if not len(tds):
+    if not len(tensors):
         raise RuntimeError("stack expects a non-empty TensorList")
-    inners, storages, same_sizes = _collect(tds, "stack")
+    inners, storages, same_sizes = _collect(tensors, "stack")
     first_inner = inners[0]
     batch = first_inner._batch_size
     for inner in inners:
@@ -233,7 +233,7 @@ def stack(tds: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
         device = _merged_device(inners)
     names = None if first_inner._names is None else _stacked_names(first_inner, dim)
     result = first_inner._new_unsafe(storage, new_batch, device, names)
-    first = tds[0]
+    first = tensors[0]
     return result if first is first_inner else rewrap(first, result)
 
 
@@ -306,18 +306,18 @@ def _cat_non_tensor(leaves: list, dim: int) -> Any:
     return combine_non_tensor(leaves, lambda grids: torch.cat(grids, dim))
 
 
-def cat(tds: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+def cat(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     """Concatenate TensorDicts (or tensorclasses) along batch dim ``dim``.
 
     >>> import torch
     >>> from torchdict import TensorDict
-    >>> tds = [TensorDict({"a": torch.zeros(3, 5)}, batch_size=[3]) for _ in range(2)]
-    >>> cat(tds, 0)["a"].shape
+    >>> tensors = [TensorDict({"a": torch.zeros(3, 5)}, batch_size=[3]) for _ in range(2)]
+    >>> cat(tensors, 0)["a"].shape
     torch.Size([6, 5])
     """
-    if not len(tds):
+    if not len(tensors):
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")
-    inners, storages, same_sizes = _collect(tds, "cat")
+    inners, storages, same_sizes = _collect(tensors, "cat")
     first_inner = inners[0]
     batch = first_inner._batch_size
     n_batch = len(batch)
@@ -352,7 +352,7 @@ def cat(tds: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     if device is None:
         device = _merged_device(inners)
     result = first_inner._new_unsafe(storage, new_batch, device, first_inner._names)
-    first = tds[0]
+    first = tensors[0]
     return result if first is first_inner else rewrap(first, result)
 
 

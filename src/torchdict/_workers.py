@@ -23,9 +23,11 @@ import traceback
 from collections import deque
 from typing import Any, Callable, Optional
 
+from . import _channel as channel
 from ._base import TensorCollection
+from ._chunks import plain_leaves
 from ._gather import fits, skeleton_of, slot_writer, structure_of, write_slot
-from ._sharing import for_transport
+from ._sharing import for_transport, prefault, tensor_leaves
 
 MAP = "map"
 ITER = "iter"
@@ -72,6 +74,9 @@ class ChunkRunner:
         self.out: Any = None
         self.out_structure: Any = None
         self.out_known = False
+        self.source = plain_leaves(job.source)
+        self.source_leaves = tensor_leaves(self.source)
+        self.out_leaves: list = []
         if job.out is not None:
             self.set_output(job.out)
 
@@ -80,12 +85,27 @@ class ChunkRunner:
         self.out_known = True
         if out is not None:
             self.out_structure = structure_of(out, self.job.plan.dim)
+            self.out_leaves = tensor_leaves(out)
+
+    def _prefault(self, first: int, stop: int) -> None:
+        """Map the task's pages of the source (to read) and of the output (to write) in bulk."""
+        plan = self.job.plan
+        if plan.permutation is not None:
+            return
+        dim = plan.dim
+        start, end = plan.bounds(first)[0], plan.bounds(stop - 1)[1]
+        for leaf in self.source_leaves:
+            prefault(leaf.narrow(dim, start, end - start), write=False)
+        if self.out is not None and plan.length == self.out.batch_size[dim]:
+            for leaf in self.out_leaves:
+                prefault(leaf.narrow(dim, start, end - start), write=True)
 
     def run(self, first: int, stop: int, on_chunk: Optional[Callable[[int], None]] = None) -> list:
         """Process chunks ``first .. stop - 1``; returns one outcome per chunk."""
         job = self.job
-        plan, fn, source = job.plan, job.fn, job.source
+        plan, fn, source = job.plan, job.fn, self.source
         outcomes = []
+        self._prefault(first, stop)
         for chunk in range(first, stop):
             if on_chunk is not None:
                 on_chunk(chunk)
@@ -160,6 +180,18 @@ def error_message(task_id: int, chunk: int, error: BaseException) -> tuple:
     return ("error", task_id, chunk, payload, text)
 
 
+def _exit_now() -> None:
+    """Leave at once: skip interpreter teardown (tens of ms for a process holding torch), nothing is pending."""
+    import sys
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(0)
+
+
 def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Optional[Job]) -> None:
     """Entry point of a worker process: serve tasks until told to stop or the parent is gone."""
     import signal
@@ -177,13 +209,13 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
             return backlog.popleft()
         while not conn.poll(_PARENT_POLL_S):
             if os.getppid() != parent_pid:
-                raise SystemExit(0)  # orphaned: the parent died without stopping us
-        return conn.recv()
+                _exit_now()  # orphaned: the parent died without stopping us
+        return channel.receive(conn)
 
     def request_output(skeleton: Any) -> Any:
-        conn.send(("structure", skeleton))
+        channel.send(conn, ("structure", skeleton))
         while True:
-            message = conn.recv()
+            message = channel.receive(conn)
             if message[0] == "output":
                 return message[1]
             backlog.append(message)
@@ -204,9 +236,9 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
                 try:
                     outcomes = runner.run(first, stop, on_chunk)  # type: ignore[union-attr]
                 except Exception as error:
-                    conn.send(error_message(task_id, current[1], error))
+                    channel.send(conn, error_message(task_id, current[1], error))
                     continue
-                conn.send(("done", task_id, outcomes))
+                channel.send(conn, ("done", task_id, outcomes))
             elif kind == "output":
                 if runner is not None and not runner.out_known:
                     runner.set_output(message[1])
@@ -215,6 +247,6 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
             elif kind == "end":
                 runner = None
             elif kind == "stop":
-                return
+                _exit_now()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         return  # the parent closed our pipe: nothing left to do

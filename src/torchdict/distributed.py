@@ -3,23 +3,20 @@
 Default ("packed") point-to-point protocol, all messages on one tag:
 
 1. sender -> receiver: a header of 8 int64 (magic, version, status, structure
-   fingerprint, leaf count, JSON length, length of a failure message, 0);
+   fingerprint, leaf count, JSON length, extra length, eager flag);
 2. receiver -> sender: an ack of 3 int64 (magic, status, length of what follows);
-3. only when both fingerprints agree, the payload: the small leaves packed into
-   one byte buffer (per dtype, with ``flatten_dense_tensors``), then each leaf of
-   at least ``_DIRECT_MIN_BYTES`` as its own message straight from / into its memory
-   (no copy), then the JSON of the non-tensor values.
+3. the payload (see :mod:`torchdict._wire`): the small leaves packed into one byte
+   buffer, each leaf of 1 MiB or more as its own message straight from / into its
+   memory, then the JSON of the non-tensor values. A large payload is sent only
+   after an OK ack. A small one (up to 1 MiB, no leaf on its own) is sent *eagerly*
+   right behind the header, saving one round trip; a receiver whose structure
+   differs reads it into scratch and drops it, so nothing is written either way.
 
 On a mismatch both sides swap their structure descriptions and both raise
 :class:`StructureMismatchError` naming the keys that differ; nothing is written.
 A failure on either side before the payload (a value JSON can't encode, a leaf
 that can't be written in place) is reported to the peer the same way. Every wait
 is bounded by the process group's timeout.
-
-The fingerprint (a 64-bit hash of every leaf's key path, dtype and shape) and the
-message layout come from one pass over each side's own leaves (:class:`_Survey`);
-equal fingerprints guarantee equal layouts. The readable description of the
-structure is only built on a mismatch, to word the error.
 
 ``per_leaf=True`` speaks upstream tensordict's protocol instead: one message per
 tensor leaf in sorted-key order, tags ``init_tag, init_tag + 1, ...``.
@@ -32,13 +29,15 @@ hanging, then move the same packed buffers.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
+from . import _wire
 from ._apply import rewrap, unwrap
 from ._base import TensorCollection
-from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
+from .nontensor import combine_non_tensor
 
 __all__ = ["DistributedMixin", "StructureMismatchError", "TransferHandle"]
 
@@ -48,313 +47,12 @@ _VERSION = 1
 _OK, _MISMATCH, _FAILED = 0, 1, 2
 _HEADER_LEN = 8
 _ACK_LEN = 3
-# Leaves this large travel as their own message, from and into their own memory:
-# packing them would cost a copy on each side (and page faults on a fresh buffer).
-_DIRECT_MIN_BYTES = 1 << 20
-# Small leaves are packed into buffers of at most this many bytes.
-_PACK_MAX_BYTES = 64 << 20
-# Each dtype group in a pack starts on this boundary so it can be viewed as its dtype.
-_ALIGN = 64
+# Payloads up to this size (no leaf sent on its own) follow the header without waiting for the ack.
+_EAGER_MAX_BYTES = 1 << 20
 
 
 class StructureMismatchError(RuntimeError):
     """Two ranks tried to exchange TensorDicts whose keys, shapes or dtypes differ."""
-
-
-# --------------------------------------------------------------------- leaves and structure
-def _walk(td: Any, prefix: tuple, out: list) -> list:
-    """``(path, value, storage, key)`` for every leaf, sorted by key at each level (upstream's order)."""
-    storage = td._tensordict
-    for key in sorted(storage):
-        value = storage[key]
-        if isinstance(value, _Tensor):
-            out.append((prefix + (key,), value, storage, key))
-        elif isinstance(value, TensorCollection):
-            _walk(unwrap(value), prefix + (key,), out)
-        else:
-            out.append((prefix + (key,), value, storage, key))
-    return out
-
-
-def _show_key(path: Sequence[str]) -> str:
-    return repr(path[0]) if len(path) == 1 else repr(tuple(path))
-
-
-def _refuse(path: tuple, value: _Tensor) -> None:
-    kind = "nested" if value.is_nested else "quantized" if value.is_quantized else str(value.layout)
-    raise TypeError(
-        f"Cannot transfer {_show_key(path)}: only dense (strided) tensors can be sent, got a {kind} tensor."
-    )
-
-
-_DTYPE_NAMES: dict = {}
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    name = _DTYPE_NAMES.get(dtype)
-    if name is None:
-        name = _DTYPE_NAMES[dtype] = str(dtype)[6:]
-    return name
-
-
-def _describe(leaves: list) -> list:
-    """The structure as JSON-ready entries ``[path, dtype or "non-tensor", shape]`` (for error messages)."""
-    entries = []
-    for path, value, _, _ in leaves:
-        if isinstance(value, _Tensor):
-            entries.append([list(path), _dtype_name(value.dtype), list(value.shape)])
-        else:
-            entries.append([list(path), "non-tensor", list(value.batch_size)])
-    return entries
-
-
-def _description_bytes(leaves: list) -> bytes:
-    import json
-
-    return json.dumps(_describe(leaves), separators=(",", ":")).encode()
-
-
-def _difference(mine: list, theirs: list, my_name: str, their_name: str) -> str:
-    """Which keys differ between two structure descriptions, in words."""
-    mine_map = {tuple(path): (kind, shape) for path, kind, shape in mine}
-    theirs_map = {tuple(path): (kind, shape) for path, kind, shape in theirs}
-
-    def listing(paths: list) -> str:
-        shown = ", ".join(_show_key(path) for path in paths[:10])
-        return shown + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
-
-    parts = []
-    only_mine = [path for path in mine_map if path not in theirs_map]
-    only_theirs = [path for path in theirs_map if path not in mine_map]
-    if only_mine:
-        parts.append(f"keys only on {my_name}: {listing(only_mine)}")
-    if only_theirs:
-        parts.append(f"keys only on {their_name}: {listing(only_theirs)}")
-    changed = [path for path in mine_map if path in theirs_map and mine_map[path] != theirs_map[path]]
-    for path in changed[:10]:
-        (kind_a, shape_a), (kind_b, shape_b) = mine_map[path], theirs_map[path]
-        parts.append(f"{_show_key(path)} is {kind_a}{shape_a} on {my_name} but {kind_b}{shape_b} on {their_name}")
-    if len(changed) > 10:
-        parts.append(f"{len(changed) - 10} more keys differ")
-    return "; ".join(parts) or "the structures differ"
-
-
-# --------------------------------------------------------------------- the survey: fingerprint + plan
-def _lay_out(groups: dict, group_bytes: dict) -> tuple:
-    """``(total bytes, [(dtype, leaf indices, byte offset, nbytes), ...])`` of one pack."""
-    laid_out = []
-    offset = 0
-    for dtype, indices in groups.items():
-        nbytes = group_bytes[dtype]
-        laid_out.append((dtype, indices, offset, nbytes))
-        offset += -(-nbytes // _ALIGN) * _ALIGN
-    return offset, laid_out
-
-
-class _Survey:
-    """One pass over the leaves: the structure fingerprint and how the leaves travel.
-
-    ``packs`` holds ``(nbytes, groups)`` with ``groups`` a list of
-    ``(dtype, leaf indices, byte offset, nbytes)``: the small leaves of one dtype,
-    flattened one after the other. ``direct`` lists the leaves of at least
-    ``_DIRECT_MIN_BYTES`` (one message each), ``non_tensor`` the non-tensor values.
-    Raises TypeError for a tensor with no flat byte representation (sparse, nested,
-    quantized).
-    """
-
-    __slots__ = ("leaves", "fingerprint", "packs", "direct", "non_tensor", "strided")
-
-    def __init__(self, leaves: list) -> None:
-        import hashlib
-        import json
-        from array import array
-
-        self.leaves = leaves
-        self.packs: list = []
-        self.direct: list = []
-        self.non_tensor: list = []
-        self.strided: list = []  # non-contiguous tensor leaves (the only ones that can be expanded)
-        kinds = []
-        dims = array("q")
-        groups: dict = {}
-        group_bytes: dict = {}
-        pack_bytes = 0
-        strided = torch.strided
-        for index, (path, value, _, _) in enumerate(leaves):
-            if isinstance(value, _Tensor):
-                if value.layout is not strided or value.is_quantized or value.is_nested:
-                    _refuse(path, value)
-                dtype = value.dtype
-                shape = value.shape
-                kinds.append(_dtype_name(dtype))
-                if not value.is_contiguous():
-                    self.strided.append(index)
-                nbytes = value.numel() * dtype.itemsize
-                if nbytes >= _DIRECT_MIN_BYTES:
-                    self.direct.append(index)
-                else:
-                    if groups and pack_bytes + nbytes > _PACK_MAX_BYTES:
-                        self.packs.append(_lay_out(groups, group_bytes))
-                        groups, group_bytes, pack_bytes = {}, {}, 0
-                    members = groups.get(dtype)
-                    if members is None:
-                        groups[dtype] = [index]
-                        group_bytes[dtype] = nbytes
-                    else:
-                        members.append(index)
-                        group_bytes[dtype] += nbytes
-                    pack_bytes += nbytes
-            else:
-                shape = value.batch_size
-                kinds.append("non-tensor")
-                self.non_tensor.append(index)
-            dims.append(len(shape))
-            dims.extend(shape)
-        if groups:
-            self.packs.append(_lay_out(groups, group_bytes))
-        # Keys are hashed through JSON (unambiguous for any string), shapes as raw int64s.
-        digest = hashlib.blake2b(json.dumps([[leaf[0] for leaf in leaves], kinds]).encode(), digest_size=8)
-        digest.update(dims.tobytes())
-        self.fingerprint = int.from_bytes(digest.digest(), "little", signed=True)
-
-
-def _flatten_group(tensors: list, device: torch.device) -> _Tensor:
-    """One flat tensor holding ``tensors`` (same dtype) one after the other, on ``device``."""
-    from torch._C._nn import flatten_dense_tensors
-
-    if any(tensor.device != device for tensor in tensors):
-        tensors = [tensor.to(device) for tensor in tensors]
-    with torch.no_grad():
-        flat = flatten_dense_tensors(tensors)
-    # Several tensors are concatenated (materialising conj/neg views); a lone one comes back as a view.
-    if flat.is_conj() or flat.is_neg():
-        flat = flat.resolve_conj().resolve_neg()
-    return flat
-
-
-def _pack(pack: tuple, leaves: list, device: torch.device) -> _Tensor:
-    """The byte buffer of one pack: each dtype group flattened and viewed as bytes, padded to ``_ALIGN``."""
-    total, groups = pack
-    parts = []
-    for dtype, indices, offset, nbytes in groups:
-        flat = _flatten_group([leaves[i][1] for i in indices], device)
-        parts.append(flat.view(torch.uint8))
-        pad = -(-nbytes // _ALIGN) * _ALIGN - nbytes
-        if pad:
-            parts.append(torch.zeros(pad, dtype=torch.uint8, device=device))
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-
-def _unpack(pack: tuple, buffer: _Tensor, leaves: list) -> None:
-    """Copy each leaf of a received pack into the receiver's leaf, in place."""
-    from torch._C._nn import unflatten_dense_tensors
-
-    with torch.no_grad():
-        for dtype, indices, offset, nbytes in pack[1]:
-            typed = buffer[offset:offset + nbytes].view(dtype)
-            targets = [leaves[i][1] for i in indices]
-            # One C++ call per group; foreach falls back to per-pair copies across devices.
-            torch._foreach_copy_(targets, unflatten_dense_tensors(typed, targets))
-
-
-def _send_view(value: _Tensor, device: torch.device) -> _Tensor:
-    """A contiguous byte view of a leaf to send (a copy only when it must be)."""
-    value = value.detach()
-    if value.device != device:
-        value = value.to(device)
-    if value.is_conj():
-        value = value.resolve_conj()
-    if value.is_neg():
-        value = value.resolve_neg()
-    return value.contiguous().view(-1).view(torch.uint8)
-
-
-def _shares_memory(a: _Tensor, b: _Tensor) -> bool:
-    return a.device == b.device and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-
-
-def _writable_in_place(value: _Tensor, device: torch.device) -> bool:
-    return value.device == device and value.is_contiguous() and not value.is_conj() and not value.is_neg()
-
-
-def _recv_target(value: _Tensor, device: torch.device) -> tuple:
-    """``(byte buffer to receive into, follow-up copy or None)`` for a direct leaf."""
-    if _writable_in_place(value, device):
-        return value.detach().view(-1).view(torch.uint8), None
-    scratch = torch.empty(value.numel() * value.element_size(), dtype=torch.uint8, device=device)
-
-    def copy_back() -> None:
-        with torch.no_grad():
-            value.copy_(scratch.view(value.dtype).view(value.shape))
-
-    return scratch, copy_back
-
-
-def _expanded_leaf(leaves: list, indices: Sequence[int]) -> Optional[str]:
-    """A complaint about the first of ``indices`` that can't be written in place (an expanded tensor), if any.
-
-    Only non-contiguous leaves can be expanded, so callers pass those.
-    """
-    for index in indices:
-        path, value = leaves[index][0], leaves[index][1]
-        if any(stride == 0 and size > 1 for stride, size in zip(value.stride(), value.shape)):
-            return (
-                f"Cannot write into {_show_key(path)}: it is expanded (stride 0), so values can't be written "
-                "into it in place; clone it first."
-            )
-    return None
-
-
-# --------------------------------------------------------------------- non-tensor values
-def _encode_non_tensor(leaves: list, indices: list) -> bytes:
-    if not indices:
-        return b""
-    import json
-
-    values = []
-    for index in indices:
-        path, value = leaves[index][0], leaves[index][1]
-        item = [0, value.data] if type(value) is NonTensorData else [1, value._flat_values()]
-        try:
-            json.dumps(item)
-        except (TypeError, ValueError) as error:
-            raise TypeError(
-                f"The non-tensor value at {_show_key(path)} can't be sent: {error}. Only JSON values (str, "
-                "int, float, bool, None, and lists and dicts of them) travel with send, recv and the "
-                "collectives."
-            ) from None
-        values.append(item)
-    return json.dumps(values, separators=(",", ":")).encode()
-
-
-def _decode_non_tensor(raw: bytes) -> list:
-    import json
-
-    return json.loads(raw.decode("utf-8")) if raw else []
-
-
-def _non_tensor_leaf(item: list, like: Any) -> Any:
-    if item[0] == 0:
-        return NonTensorData(item[1], like.batch_size, like.device)
-    return NonTensorStack(item[1], like.batch_size, like.device)
-
-
-def _set_non_tensor(leaves: list, indices: list, items: list) -> None:
-    for index, item in zip(indices, items):
-        _, old, storage, key = leaves[index]
-        storage[key] = _non_tensor_leaf(item, old)
-
-
-def _bytes_to_tensor(data: bytes, device: torch.device) -> _Tensor:
-    tensor = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    return tensor if device.type == "cpu" else tensor.to(device)
-
-
-def _tensor_to_bytes(tensor: _Tensor) -> bytes:
-    import ctypes
-
-    tensor = tensor.detach().to("cpu").contiguous()
-    return ctypes.string_at(tensor.data_ptr(), tensor.numel()) if tensor.numel() else b""
 
 
 # --------------------------------------------------------------------- plumbing
@@ -453,14 +151,14 @@ class _Channel:
 
     def send_bytes(self, data: bytes) -> None:
         if data:
-            self.isend(_bytes_to_tensor(data, self.device)).wait()
+            self.isend(_wire.bytes_to_tensor(data, self.device)).wait()
 
     def recv_bytes(self, count: int) -> bytes:
         if count <= 0:
             return b""
         received = torch.empty(count, dtype=torch.uint8, device=self.device)
         self.irecv(received).wait()
-        return _tensor_to_bytes(received)
+        return _wire.tensor_to_bytes(received)
 
 
 class TransferHandle:
@@ -522,32 +220,27 @@ def _failure_text(error: BaseException) -> bytes:
     return f"{type(error).__name__}: {error}".encode()
 
 
-def _payload(survey: _Survey, device: torch.device, snapshot: bool) -> tuple:
-    """``(buffers to send in order, JSON bytes)``: packs, then direct leaves, then the JSON.
+class _Outgoing:
+    """The sender's side: survey, filled packs, and every buffer to send in order.
 
-    With ``snapshot`` a pack that is a lone leaf (sent from its own memory otherwise)
-    is copied, so the caller may modify small leaves while an asynchronous send runs.
+    The small leaves are copied into the packs at construction, so the caller may
+    modify them while an asynchronous send runs; direct (large) leaves are sent from
+    their own memory.
     """
-    leaves = survey.leaves
-    json_bytes = _encode_non_tensor(leaves, survey.non_tensor)
-    buffers = []
-    for pack in survey.packs:
-        buffer = _pack(pack, leaves, device)
-        groups = pack[1]
-        if snapshot and len(groups) == 1 and len(groups[0][1]) == 1 and _shares_memory(
-                buffer, leaves[groups[0][1][0]][1]):
-            buffer = buffer.clone()
-        buffers.append(buffer)
-    buffers += [_send_view(leaves[index][1], device) for index in survey.direct]
-    if json_bytes:
-        buffers.append(_bytes_to_tensor(json_bytes, device))
-    return buffers, json_bytes
+
+    def __init__(self, leaves: list, device: torch.device) -> None:
+        self.survey = survey = _wire.Survey(leaves)
+        self.json = _wire.encode_non_tensor(leaves, survey.non_tensor)
+        self.packs = _wire.Packs.borrow(survey, device)
+        self.packs.fill(survey)
+        self.buffers = self.packs.buffers + [_wire.send_view(leaves[i][1], device) for i in survey.direct]
+        if self.json:
+            self.buffers.append(_wire.bytes_to_tensor(self.json, device))
 
 
 def _send_packed(leaves: list, channel: _Channel, early: bool) -> Optional[TransferHandle]:
     try:
-        survey = _Survey(leaves)
-        buffers, json_bytes = _payload(survey, channel.device, snapshot=early)
+        outgoing = _Outgoing(leaves, channel.device)
     except Exception as error:
         # Tell the receiver, so it raises too instead of waiting for data that never comes.
         message = _failure_text(error)
@@ -558,34 +251,49 @@ def _send_packed(leaves: list, channel: _Channel, early: bool) -> Optional[Trans
             pass
         raise
     if early:
-        return TransferHandle(lambda: _exchange_as_sender(channel, survey, buffers, len(json_bytes)))
-    _exchange_as_sender(channel, survey, buffers, len(json_bytes))
+        return TransferHandle(lambda: _exchange_as_sender(channel, outgoing))
+    _exchange_as_sender(channel, outgoing)
     return None
 
 
-def _exchange_as_sender(channel: _Channel, survey: _Survey, buffers: list, json_nbytes: int) -> None:
-    channel.send_ints([_MAGIC, _VERSION, _OK, survey.fingerprint, len(survey.leaves), json_nbytes, 0, 0])
+def _exchange_as_sender(channel: _Channel, outgoing: _Outgoing) -> None:
+    survey = outgoing.survey
+    # A small payload (no direct leaf, at most one pack) goes out right behind the header, without waiting
+    # for the ack: one hop less. A receiver whose structure differs reads it into scratch and drops it.
+    eager = not survey.direct and len(survey.packs) <= 1 and _payload_bytes(outgoing) <= _EAGER_MAX_BYTES
+    pack_bytes = survey.packs[0][0] if survey.packs else 0
+    channel.send_ints([_MAGIC, _VERSION, _OK, survey.fingerprint, len(survey.leaves), len(outgoing.json),
+                       pack_bytes if eager else 0, int(eager)])
+    works = [channel.isend(buffer) for buffer in outgoing.buffers] if eager else []
     magic, status, extra = channel.recv_ints(_ACK_LEN)
+    for work in works:
+        work.wait()
     if magic != _MAGIC:
         raise RuntimeError(f"send: {channel.name} answered with something that is not a torchdict ack.")
     if status == _OK:
-        for work in [channel.isend(buffer) for buffer in buffers]:
+        for work in [channel.isend(buffer) for buffer in outgoing.buffers] if not eager else []:
             work.wait()
+        outgoing.packs.release()
         return
+    outgoing.packs.release()  # whatever was sent from them has been received (and dropped)
     if status == _MISMATCH:
         import json
 
-        description = _description_bytes(survey.leaves)
+        description = _wire.description_bytes(survey.leaves)
         channel.send_ints([len(description)])
         channel.send_bytes(description)
         theirs = json.loads(channel.recv_bytes(extra).decode())
         raise StructureMismatchError(
-            f"send to {channel.name}: structure mismatch, nothing was sent: "
-            f"{_difference(_describe(survey.leaves), theirs, 'the sender', 'the receiver')}. Both sides need "
-            "the same keys, shapes and dtypes (non-tensor values may differ)."
+            f"send to {channel.name}: structure mismatch, nothing was written on the receiver: "
+            f"{_wire.difference(_wire.describe(survey.leaves), theirs, 'the sender', 'the receiver')}. Both "
+            "sides need the same keys, shapes and dtypes (non-tensor values may differ)."
         )
     reason = channel.recv_bytes(extra).decode(errors="replace")
     raise RuntimeError(f"send to {channel.name}: the receiver refused the TensorDict: {reason}")
+
+
+def _payload_bytes(outgoing: _Outgoing) -> int:
+    return sum(buffer.numel() for buffer in outgoing.buffers)
 
 
 class _Incoming:
@@ -595,48 +303,53 @@ class _Incoming:
         self.leaves = leaves
         self.device = device
         self.problem: Optional[BaseException] = None
-        self.survey: Optional[_Survey] = None
+        self.survey: Optional[_wire.Survey] = None
         try:
-            self.survey = _Survey(leaves)
-            complaint = _expanded_leaf(leaves, self.survey.strided)
-            if complaint:
-                raise RuntimeError(complaint)
+            self.survey = _wire.Survey(leaves)
+            _raise_if(_wire.expanded_leaf(leaves, self.survey.strided))
         except Exception as error:
             self.problem = error
-        self.pack_buffers: list = []
+        self.packs: Optional[_wire.Packs] = None
         self.copy_backs: list = []
-        self.json = b""
+        self.json_buffer: Optional[_Tensor] = None
+        self.works: list = []
 
-    def receive(self, channel: _Channel, json_nbytes: int) -> None:
-        """Post every receive of the payload (direct leaves land in place) and wait for them."""
-        device, survey = self.device, self.survey
-        targets = []
-        for total, _ in survey.packs:
-            buffer = torch.empty(total, dtype=torch.uint8, device=device)
-            self.pack_buffers.append(buffer)
-            targets.append(buffer)
+    @property
+    def surveyed(self) -> _wire.Survey:
+        """The survey; it exists whenever ``problem`` is None, which callers checked."""
+        assert self.survey is not None
+        return self.survey
+
+    def post(self, channel: _Channel, json_nbytes: int) -> None:
+        """Post every receive of the payload: packs, direct leaves (in place when possible), JSON."""
+        device, survey = self.device, self.surveyed
+        self.packs = _wire.Packs.borrow(survey, device)
+        targets = list(self.packs.buffers)
         for index in survey.direct:
-            target, copy_back = _recv_target(self.leaves[index][1], device)
+            target, copy_back = _wire.recv_target(self.leaves[index][1], device)
             targets.append(target)
             if copy_back is not None:
                 self.copy_backs.append(copy_back)
-        json_buffer = None
         if json_nbytes:
-            json_buffer = torch.empty(json_nbytes, dtype=torch.uint8, device=device)
-            targets.append(json_buffer)
-        for work in [channel.irecv(target) for target in targets]:
+            self.json_buffer = torch.empty(json_nbytes, dtype=torch.uint8, device=device)
+            targets.append(self.json_buffer)
+        self.works = [channel.irecv(target) for target in targets]
+
+    def wait(self) -> None:
+        for work in self.works:
             work.wait()
-        if json_buffer is not None:
-            self.json = _tensor_to_bytes(json_buffer)
 
     def finish(self) -> None:
         """Write what arrived into the TensorDict (packed leaves, copied-back leaves, non-tensor values)."""
-        for pack, buffer in zip(self.survey.packs, self.pack_buffers):
-            _unpack(pack, buffer, self.leaves)
+        survey, packs = self.surveyed, self.packs
+        assert packs is not None, "finish() runs after post() and wait()"
+        packs.drain(survey)
+        packs.release()  # only after a complete receive: a late message could still land in a failed one
         for copy_back in self.copy_backs:
             copy_back()
-        if self.survey.non_tensor:
-            _set_non_tensor(self.leaves, self.survey.non_tensor, _decode_non_tensor(self.json))
+        if survey.non_tensor:
+            raw = _wire.tensor_to_bytes(self.json_buffer) if self.json_buffer is not None else b""
+            _wire.set_non_tensor(self.leaves, survey.non_tensor, _wire.decode_non_tensor(raw))
 
 
 def _recv_packed(leaves: list, channel: _Channel, premature: bool) -> Optional[TransferHandle]:
@@ -649,7 +362,7 @@ def _recv_packed(leaves: list, channel: _Channel, premature: bool) -> Optional[T
 
 
 def _exchange_as_receiver(channel: _Channel, incoming: _Incoming) -> None:
-    magic, version, status, fingerprint, _, json_nbytes, extra, _ = channel.recv_ints(_HEADER_LEN)
+    magic, version, status, fingerprint, _, json_nbytes, extra, eager = channel.recv_ints(_HEADER_LEN)
     if magic != _MAGIC:
         raise RuntimeError(
             f"recv from {channel.name}: the first message is not a torchdict header. Both sides must use the "
@@ -661,31 +374,49 @@ def _exchange_as_receiver(channel: _Channel, incoming: _Incoming) -> None:
     if version != _VERSION and incoming.problem is None:
         incoming.problem = RuntimeError(
             f"protocol version {version} from the sender, this torchdict speaks version {_VERSION}")
+    matches = incoming.problem is None and fingerprint == incoming.surveyed.fingerprint
+    dropped: list = []
+    if eager and matches:
+        incoming.post(channel, json_nbytes)
+    elif eager:  # read the payload already on its way into scratch, so the channel stays clean
+        sizes = [size for size in (extra, json_nbytes) if size]
+        dropped = [channel.irecv(torch.empty(size, dtype=torch.uint8, device=channel.device)) for size in sizes]
     if incoming.problem is not None:
         message = _failure_text(incoming.problem)
         channel.send_ints([_MAGIC, _FAILED, len(message)])
+        for work in dropped:
+            work.wait()
         channel.send_bytes(message)
         raise incoming.problem
-    if fingerprint != incoming.survey.fingerprint:
+    if not matches:
         import json
 
-        description = _description_bytes(incoming.leaves)
+        description = _wire.description_bytes(incoming.leaves)
         channel.send_ints([_MAGIC, _MISMATCH, len(description)])
+        for work in dropped:
+            work.wait()
         (their_length,) = channel.recv_ints(1)
         theirs = json.loads(channel.recv_bytes(their_length).decode())
         channel.send_bytes(description)
         raise StructureMismatchError(
             f"recv from {channel.name}: structure mismatch, nothing was received and the TensorDict is "
-            f"unchanged: {_difference(_describe(incoming.leaves), theirs, 'the receiver', 'the sender')}. "
-            "Both sides need the same keys, shapes and dtypes (non-tensor values may differ)."
+            f"unchanged: {_wire.difference(_wire.describe(incoming.leaves), theirs, 'the receiver', 'the sender')}"
+            ". Both sides need the same keys, shapes and dtypes (non-tensor values may differ)."
         )
     channel.send_ints([_MAGIC, _OK, 0])
-    incoming.receive(channel, json_nbytes)
+    if not eager:
+        incoming.post(channel, json_nbytes)
+    incoming.wait()
+
+
+def _raise_if(complaint: Optional[str]) -> None:
+    if complaint:
+        raise RuntimeError(complaint)
 
 
 # --------------------------------------------------------------------- per-leaf point-to-point
 def _tensor_leaves(td: Any) -> list:
-    leaves = _walk(td, (), [])
+    leaves = _wire.walk(td)
     for _, value, _, _ in leaves:
         if not isinstance(value, _Tensor):
             raise NotImplementedError(
@@ -714,19 +445,16 @@ def _recv_per_leaf(td: Any, dist: Any, src: Optional[int], group_src: Optional[i
                    init_tag: int, pseudo_rand: bool) -> tuple:
     """Post one irecv per tensor leaf (into the leaf when it is contiguous); returns ``(works, last tag)``."""
     leaves = _tensor_leaves(td)
-    complaint = _expanded_leaf(leaves, [i for i, leaf in enumerate(leaves) if not leaf[1].is_contiguous()])
-    if complaint:
-        raise RuntimeError(complaint)
+    _raise_if(_wire.expanded_leaf(leaves, [i for i, leaf in enumerate(leaves) if not leaf[1].is_contiguous()]))
     tags = _tags(init_tag, pseudo_rand, len(leaves))
     works = []
     for (_, value, _, _), tag in zip(leaves, tags):
         channel = _Channel(dist, src, group_src, group, tag, value.device)
-        if _writable_in_place(value, value.device):
+        if _wire.writable_in_place(value, value.device):
             works.append(channel.irecv(value.detach()))
         else:
             scratch = torch.empty(value.shape, dtype=value.dtype, device=value.device)
-            works.append(TransferHandle(works=[channel.irecv(scratch)],
-                                        finish=lambda value=value, scratch=scratch: _copy_no_grad(value, scratch)))
+            works.append(TransferHandle(works=[channel.irecv(scratch)], finish=partial(_copy_no_grad, value, scratch)))
     return works, tags[-1] if tags else init_tag - 1
 
 
@@ -746,9 +474,43 @@ def _p2p_channel(td: Any, peer: Optional[int], group_peer: Optional[int], group:
                  pseudo_rand: bool) -> tuple:
     """``(channel, leaves)`` for a packed transfer with ``peer``."""
     dist = _dist()
-    leaves = _walk(td, (), [])
+    leaves = _wire.walk(td)
     tag = _next_pseudo_tag(init_tag) if pseudo_rand else init_tag
     return _Channel(dist, peer, group_peer, group, tag, _comm_device(dist, group, leaves, td)), leaves
+
+
+def _send(td: Any, dst: Optional[int], group: Any, group_dst: Optional[int], init_tag: int, pseudo_rand: bool,
+          per_leaf: bool, consolidated: Optional[bool], early: bool) -> tuple:
+    """``(handles, or None once the send has completed; last tag)``."""
+    _check_peer(dst, group_dst, group, "dst", "group_dst")
+    if _mode(per_leaf, consolidated):
+        works, last = _send_per_leaf(td, _dist(), dst, group_dst, group, init_tag, pseudo_rand)
+    else:
+        channel, leaves = _p2p_channel(td, dst, group_dst, group, init_tag, pseudo_rand)
+        handle = _send_packed(leaves, channel, early)
+        works, last = ([handle] if handle is not None else []), _last_tag(init_tag, pseudo_rand, len(leaves))
+    if early:
+        return works, last
+    for work in works:
+        work.wait()
+    return None, last
+
+
+def _recv(td: Any, src: Optional[int], group: Any, group_src: Optional[int], init_tag: int, pseudo_rand: bool,
+          per_leaf: bool, consolidated: Optional[bool], premature: bool) -> tuple:
+    """``(handles, or None once the data is in ``td``; last tag)``."""
+    _check_peer(src, group_src, group, "src", "group_src")
+    if _mode(per_leaf, consolidated):
+        works, last = _recv_per_leaf(td, _dist(), src, group_src, group, init_tag, pseudo_rand)
+    else:
+        channel, leaves = _p2p_channel(td, src, group_src, group, init_tag, pseudo_rand)
+        handle = _recv_packed(leaves, channel, premature)
+        works, last = ([handle] if handle is not None else []), _last_tag(init_tag, pseudo_rand, len(leaves))
+    if premature:
+        return works, last
+    for work in works:
+        work.wait()
+    return None, last
 
 
 # --------------------------------------------------------------------- collectives
@@ -761,6 +523,13 @@ def _rank_name(dist: Any, group: Any, group_rank: int) -> str:
         return f"group rank {group_rank}"
 
 
+def _gather_ints(dist: Any, group: Any, values: list, device: torch.device) -> list:
+    mine = torch.tensor(values, dtype=torch.int64, device=device)
+    gathered = torch.empty(dist.get_world_size(group), len(values), dtype=torch.int64, device=device)
+    dist.all_gather(list(gathered.unbind(0)), mine, group=group)
+    return gathered.tolist()
+
+
 def _gather_bytes(dist: Any, group: Any, data: bytes, lengths: list, device: torch.device) -> list:
     """Every rank's ``data`` (of the given per-rank lengths), on every rank."""
     longest = max(lengths)
@@ -768,17 +537,10 @@ def _gather_bytes(dist: Any, group: Any, data: bytes, lengths: list, device: tor
         return [b""] * len(lengths)
     padded = torch.zeros(longest, dtype=torch.uint8, device=device)
     if data:
-        padded[: len(data)] = _bytes_to_tensor(data, device)
+        padded[: len(data)] = _wire.bytes_to_tensor(data, device)
     gathered = torch.empty(len(lengths), longest, dtype=torch.uint8, device=device)
     dist.all_gather(list(gathered.unbind(0)), padded, group=group)
-    return [_tensor_to_bytes(row[:length]) for row, length in zip(gathered, lengths)]
-
-
-def _gather_ints(dist: Any, group: Any, values: list, device: torch.device) -> list:
-    mine = torch.tensor(values, dtype=torch.int64, device=device)
-    gathered = torch.empty(dist.get_world_size(group), len(values), dtype=torch.int64, device=device)
-    dist.all_gather(list(gathered.unbind(0)), mine, group=group)
-    return gathered.tolist()
+    return [_wire.tensor_to_bytes(row[:length]) for row, length in zip(gathered, lengths)]
 
 
 class _Collective:
@@ -794,17 +556,23 @@ class _Collective:
         self.dist = _dist()
         self.group = group
         self.op_name = op_name
-        leaves = _walk(td, (), [])
+        leaves = _wire.walk(td)
         if tensors_only:
             leaves = [leaf for leaf in leaves if isinstance(leaf[1], _Tensor)]
         self.leaves = leaves
         self.device = _comm_device(self.dist, group, leaves, td)
         self.problem: Optional[BaseException] = None
-        self.survey: Optional[_Survey] = None
+        self.survey: Optional[_wire.Survey] = None
         try:
-            self.survey = _Survey(leaves)
+            self.survey = _wire.Survey(leaves)
         except Exception as error:
             self.problem = error
+
+    @property
+    def surveyed(self) -> _wire.Survey:
+        """The survey; it exists whenever ``problem`` is None, which callers checked."""
+        assert self.survey is not None
+        return self.survey
 
     def check(self, step: Callable[[], Any]) -> Any:
         """Run a local preparation step, remembering (not raising) its error until :meth:`agree`."""
@@ -823,7 +591,7 @@ class _Collective:
         differing = [rank for rank, row in enumerate(rows) if row[0] != rows[reference][0]]
         if not failed and not differing:
             return rows
-        report = _failure_text(self.problem) if self.problem is not None else _description_bytes(self.leaves)
+        report = _failure_text(self.problem) if self.problem is not None else _wire.description_bytes(self.leaves)
         lengths = [row[0] for row in _gather_ints(dist, group, [len(report)], self.device)]
         reports = _gather_bytes(dist, group, report, lengths, self.device)
         if self.problem is not None:
@@ -836,8 +604,8 @@ class _Collective:
 
         me = dist.get_rank(group)
         other = reference if me != reference else differing[0]
-        detail = _difference(_describe(self.leaves), json.loads(reports[other].decode()), "this rank",
-                             _rank_name(dist, group, other))
+        detail = _wire.difference(_wire.describe(self.leaves), json.loads(reports[other].decode()), "this rank",
+                                  _rank_name(dist, group, other))
         names = ", ".join(_rank_name(dist, group, rank) for rank in differing)
         raise StructureMismatchError(
             f"{self.op_name}: structure mismatch, nothing was exchanged: {names} differ from "
@@ -850,21 +618,24 @@ def _broadcast(td: Any, src: int, group: Any) -> Any:
     dist, device, leaves = collective.dist, collective.device, collective.leaves
     is_src = dist.get_rank() == src
     reference = src if group is None else dist.get_group_rank(group, src)
-    payload, json_bytes = [], b""
     if is_src:
-        prepared = collective.check(lambda: _payload(collective.survey, device, snapshot=False))
-        if prepared is not None:
-            payload, json_bytes = prepared
+        json_bytes = collective.check(lambda: _wire.encode_non_tensor(leaves, collective.surveyed.non_tensor)) or b""
     else:
-        collective.check(lambda: _raise_if(_expanded_leaf(leaves, collective.survey.strided)))
-    rows = collective.agree(len(json_bytes), reference)
-    survey = collective.survey
-    json_nbytes = rows[reference][1]
+        json_bytes = b""
+        collective.check(lambda: _raise_if(_wire.expanded_leaf(leaves, collective.surveyed.strided)))
+    json_nbytes = collective.agree(len(json_bytes), reference)[reference][1]
+    survey = collective.surveyed
+    packs = _wire.Packs.borrow(survey, device)
+    payload = list(packs.buffers)
     copy_backs = []
-    if not is_src:
-        payload = [torch.empty(total, dtype=torch.uint8, device=device) for total, _ in survey.packs]
+    if is_src:
+        packs.fill(survey)
+        payload += [_wire.send_view(leaves[index][1], device) for index in survey.direct]
+        if json_nbytes:
+            payload.append(_wire.bytes_to_tensor(json_bytes, device))
+    else:
         for index in survey.direct:
-            target, copy_back = _recv_target(leaves[index][1], device)
+            target, copy_back = _wire.recv_target(leaves[index][1], device)
             payload.append(target)
             if copy_back is not None:
                 copy_backs.append(copy_back)
@@ -873,55 +644,43 @@ def _broadcast(td: Any, src: int, group: Any) -> Any:
     for work in [dist.broadcast(buffer, src=src, group=group, async_op=True) for buffer in payload]:
         work.wait()
     if not is_src:
-        for pack, buffer in zip(survey.packs, payload):
-            _unpack(pack, buffer, leaves)
+        packs.drain(survey)
         for copy_back in copy_backs:
             copy_back()
         if json_nbytes:
-            _set_non_tensor(leaves, survey.non_tensor, _decode_non_tensor(_tensor_to_bytes(payload[-1])))
+            _wire.set_non_tensor(leaves, survey.non_tensor, _wire.decode_non_tensor(_wire.tensor_to_bytes(payload[-1])))
+    packs.release()
     return td
-
-
-def _raise_if(complaint: Optional[str]) -> None:
-    if complaint:
-        raise RuntimeError(complaint)
 
 
 def _all_reduce(td: Any, op: Any, group: Any, async_op: bool) -> Optional[List[TransferHandle]]:
     collective = _Collective(td, group, "all_reduce", tensors_only=True)
     dist, device, leaves = collective.dist, collective.device, collective.leaves
-    collective.check(lambda: _raise_if(_expanded_leaf(leaves, collective.survey.strided)))
+    collective.check(lambda: _raise_if(_wire.expanded_leaf(leaves, collective.surveyed.strided)))
     collective.agree(0, 0)
     if op is None:
         op = dist.ReduceOp.SUM
-    from torch._C._nn import unflatten_dense_tensors
-
-    works, finishers = [], []
-    for _, groups in collective.survey.packs:
-        for _, indices, _, _ in groups:
-            targets = [leaves[i][1] for i in indices]
-            flat = _flatten_group(targets, device)
-            works.append(dist.all_reduce(flat, op=op, group=group, async_op=True))
-            if len(targets) == 1 and _shares_memory(flat, targets[0]):
-                continue  # a lone contiguous leaf is flattened as a view: it was reduced in place
-
-            def write_back(flat: _Tensor = flat, targets: list = targets) -> None:
-                with torch.no_grad():
-                    torch._foreach_copy_(targets, unflatten_dense_tensors(flat, targets))
-
-            finishers.append(write_back)
-    for index in collective.survey.direct:
+    survey = collective.surveyed
+    # Small leaves: one reduction per dtype group, on the group's slice of the pack.
+    packs = _wire.Packs.borrow(survey, device)
+    packs.fill(survey)
+    works = [dist.all_reduce(packs.typed(index, group_layout), op=op, group=group, async_op=True)
+             for index, (_, groups) in enumerate(survey.packs) for group_layout in groups]
+    copy_backs = []
+    for index in survey.direct:  # large leaves: reduced in place
         value = leaves[index][1]
-        if _writable_in_place(value, device):
+        if _wire.writable_in_place(value, device):
             works.append(dist.all_reduce(value.detach(), op=op, group=group, async_op=True))
         else:
             scratch = value.detach().to(device).contiguous()
             works.append(dist.all_reduce(scratch, op=op, group=group, async_op=True))
-            finishers.append(lambda value=value, scratch=scratch: _copy_no_grad(value, scratch))
+            copy_backs.append(partial(_copy_no_grad, value, scratch))
 
     def finish() -> None:
-        for finisher in finishers:
-            finisher()
+        packs.drain(survey)
+        packs.release()
+        for copy_back in copy_backs:
+            copy_back()
 
     handle = TransferHandle(works=works, finish=finish)
     if async_op:
@@ -933,27 +692,29 @@ def _all_reduce(td: Any, op: Any, group: Any, async_op: bool) -> Optional[List[T
 def _all_gather(td: Any, group: Any) -> Any:
     collective = _Collective(td, group, "all_gather")
     dist, device, leaves = collective.dist, collective.device, collective.leaves
-    json_bytes = collective.check(lambda: _encode_non_tensor(leaves, collective.survey.non_tensor)) or b""
+    json_bytes = collective.check(lambda: _wire.encode_non_tensor(leaves, collective.surveyed.non_tensor)) or b""
     rows = collective.agree(len(json_bytes), 0)
-    survey = collective.survey
+    survey = collective.surveyed
     world = len(rows)
     results: dict = {}
     pending = []
+    packs = _wire.Packs.borrow(survey, device)
+    packs.fill(survey)
     gathered_packs = []
-    for pack in survey.packs:
-        local = _pack(pack, leaves, device)
-        gathered = torch.empty(world, pack[0], dtype=torch.uint8, device=device)
+    for (total, groups), local in zip(survey.packs, packs.buffers):
+        gathered = torch.empty(world, total, dtype=torch.uint8, device=device)
         pending.append(dist.all_gather(list(gathered.unbind(0)), local, group=group, async_op=True))
-        gathered_packs.append((pack, gathered))
+        gathered_packs.append((groups, gathered))
     for index in survey.direct:
         value = leaves[index][1]
         stacked = torch.empty((world, *value.shape), dtype=value.dtype, device=device)
         rows_as_bytes = [row.view(-1).view(torch.uint8) for row in stacked.unbind(0)]
-        pending.append(dist.all_gather(rows_as_bytes, _send_view(value, device), group=group, async_op=True))
+        pending.append(dist.all_gather(rows_as_bytes, _wire.send_view(value, device), group=group, async_op=True))
         results[index] = stacked
     for work in pending:
         work.wait()
-    for (_, groups), gathered in gathered_packs:
+    packs.release()
+    for groups, gathered in gathered_packs:
         for dtype, indices, offset, nbytes in groups:
             typed = gathered[:, offset:offset + nbytes].view(dtype)
             start = 0
@@ -963,11 +724,11 @@ def _all_gather(td: Any, group: Any) -> Any:
                 results[index] = typed[:, start:start + numel].reshape(world, *value.shape)
                 start += numel
     if survey.non_tensor:
-        per_rank = [_decode_non_tensor(raw) for raw in _gather_bytes(dist, group, json_bytes,
-                                                                      [row[1] for row in rows], device)]
+        per_rank = [_wire.decode_non_tensor(raw)
+                    for raw in _gather_bytes(dist, group, json_bytes, [row[1] for row in rows], device)]
         for position, index in enumerate(survey.non_tensor):
             like = leaves[index][1]
-            items = [_non_tensor_leaf(rank_items[position], like) for rank_items in per_rank]
+            items = [_wire.non_tensor_leaf(rank_items[position], like) for rank_items in per_rank]
             results[index] = combine_non_tensor(items, lambda grids: torch.stack(grids, 0))
     for index, (_, value, _, _) in enumerate(leaves):
         if isinstance(value, _Tensor) and results[index].device != value.device:
@@ -1014,18 +775,10 @@ class DistributedMixin:
 
         Example (two processes in a gloo group)::
 
-            >>> td = TensorDict(a=torch.ones(3), b={"c": torch.ones(())}, batch_size=[3])  # doctest: +SKIP
+            >>> td = TensorDict(a=torch.ones(3), b={"c": torch.ones(3, 2)}, batch_size=[3])  # doctest: +SKIP
             >>> td.send(dst=1)            # on rank 0                                        # doctest: +SKIP
         """
-        _check_peer(dst, group_dst, group, "dst", "group_dst")
-        if _mode(per_leaf, consolidated):
-            works, _ = _send_per_leaf(self, _dist(), dst, group_dst, group, init_tag, pseudo_rand)
-            for work in works:
-                work.wait()
-            return None
-        channel, leaves = _p2p_channel(self, dst, group_dst, group, init_tag, pseudo_rand)
-        _send_packed(leaves, channel, early=False)
-        return None
+        _send(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf, consolidated, early=False)
 
     def recv(self, src: Optional[int] = None, *, group: Any = None, group_src: Optional[int] = None,
              init_tag: int = 0, pseudo_rand: bool = False, per_leaf: bool = False,
@@ -1039,19 +792,11 @@ class DistributedMixin:
 
         Example (two processes in a gloo group)::
 
-            >>> td = TensorDict(a=torch.zeros(3), b={"c": torch.zeros(())}, batch_size=[3])  # doctest: +SKIP
+            >>> td = TensorDict(a=torch.zeros(3), b={"c": torch.zeros(3, 2)}, batch_size=[3])  # doctest: +SKIP
             >>> td.recv(src=0)            # on rank 1                                         # doctest: +SKIP
             1
         """
-        _check_peer(src, group_src, group, "src", "group_src")
-        if _mode(per_leaf, consolidated):
-            works, last = _recv_per_leaf(self, _dist(), src, group_src, group, init_tag, pseudo_rand)
-            for work in works:
-                work.wait()
-            return last
-        channel, leaves = _p2p_channel(self, src, group_src, group, init_tag, pseudo_rand)
-        _recv_packed(leaves, channel, premature=False)
-        return _last_tag(init_tag, pseudo_rand, len(leaves))
+        return _recv(self, src, group, group_src, init_tag, pseudo_rand, per_leaf, consolidated, premature=False)[1]
 
     def isend(self, dst: Optional[int] = None, *, group: Any = None, group_dst: Optional[int] = None,
               init_tag: int = 0, pseudo_rand: bool = False, return_early: bool = False, per_leaf: bool = False,
@@ -1071,17 +816,9 @@ class DistributedMixin:
             >>> loss = model(batch)                             # overlaps with the transfer  # doctest: +SKIP
             >>> for handle in handles: handle.wait()            # doctest: +SKIP
         """
-        _check_peer(dst, group_dst, group, "dst", "group_dst")
-        if _mode(per_leaf, consolidated):
-            works, last = _send_per_leaf(self, _dist(), dst, group_dst, group, init_tag, pseudo_rand)
-            if return_early:
-                return works
-            for work in works:
-                work.wait()
-            return last
-        channel, leaves = _p2p_channel(self, dst, group_dst, group, init_tag, pseudo_rand)
-        handle = _send_packed(leaves, channel, early=return_early)
-        return [handle] if return_early else _last_tag(init_tag, pseudo_rand, len(leaves))
+        handles, last = _send(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf, consolidated,
+                              early=return_early)
+        return handles if return_early else last
 
     def irecv(self, src: Optional[int] = None, *, group: Any = None, group_src: Optional[int] = None,
               return_premature: bool = False, init_tag: int = 0, pseudo_rand: bool = False,
@@ -1098,17 +835,9 @@ class DistributedMixin:
             >>> handles = td.irecv(src=0, return_premature=True)  # doctest: +SKIP
             >>> for handle in handles: handle.wait()                # doctest: +SKIP
         """
-        _check_peer(src, group_src, group, "src", "group_src")
-        if _mode(per_leaf, consolidated):
-            works, _ = _recv_per_leaf(self, _dist(), src, group_src, group, init_tag, pseudo_rand)
-            if return_premature:
-                return works
-            for work in works:
-                work.wait()
-            return None
-        channel, leaves = _p2p_channel(self, src, group_src, group, init_tag, pseudo_rand)
-        handle = _recv_packed(leaves, channel, premature=return_premature)
-        return [handle] if return_premature else None
+        handles, _ = _recv(self, src, group, group_src, init_tag, pseudo_rand, per_leaf, consolidated,
+                           premature=return_premature)
+        return handles
 
     def broadcast(self, src: int, *, group: Any = None) -> Any:
         """Copy rank ``src``'s values into this TensorDict on every rank of ``group``, in place; returns self.
@@ -1135,7 +864,8 @@ class DistributedMixin:
         Example (every rank, two ranks)::
 
             >>> td = TensorDict(g=torch.ones(2) * (rank + 1), batch_size=[2])  # doctest: +SKIP
-            >>> td.all_reduce()["g"]                                             # doctest: +SKIP
+            >>> td.all_reduce()                                                  # doctest: +SKIP
+            >>> td["g"]                                                          # doctest: +SKIP
             tensor([3., 3.])
         """
         return _all_reduce(self, op, group, async_op)

@@ -37,12 +37,12 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
-from torch.nn.parameter import UninitializedTensorMixin
+from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-defined]
 
 from ._base import TensorCollection
 from ._context import set_exit_action
 from ._errors import MessageKeyError
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
 
 __all__ = ["ModuleMixin", "TensorDictParams"]
 
@@ -67,13 +67,16 @@ def _unwrap(collection: Any) -> Any:
 def _walk_module(module: nn.Module, new: Callable, filter_empty: bool) -> Any:
     """A TensorDict of the module's own parameters, buffers and (recursively) submodules."""
     state = module.__dict__
-    storage = {}
-    for name, param in state["_parameters"].items():
-        if param is not None:
-            storage[name] = param
-    for name, buffer in state["_buffers"].items():
-        if buffer is not None:
-            storage[name] = buffer
+    storage = state["_parameters"].copy()  # a C-level copy; None entries are rare
+    for param in storage.values():
+        if param is None:
+            storage = {name: param for name, param in storage.items() if param is not None}
+            break
+    buffers = state["_buffers"]
+    if buffers:
+        for name, buffer in buffers.items():
+            if buffer is not None:
+                storage[name] = buffer
     for name, child in state["_modules"].items():
         if child is not None:
             sub = _walk_module(child, new, filter_empty)
@@ -89,7 +92,7 @@ def _check_module(module: Any, method: str) -> None:
         raise TypeError(f"{method} expects a torch.nn.Module, got {type(module).__name__}.")
 
 
-def from_module(cls: type, module: nn.Module, as_module: bool = False, lock: bool = False,
+def from_module(cls: Any, module: nn.Module, as_module: bool = False, lock: bool = False,
                 use_state_dict: bool = False, filter_empty: bool = True) -> Any:
     _check_module(module, "from_module")
     if use_state_dict:
@@ -105,7 +108,7 @@ def from_module(cls: type, module: nn.Module, as_module: bool = False, lock: boo
     return result
 
 
-def _nest_flat_dict(cls: type, flat: Any) -> Any:
+def _nest_flat_dict(cls: Any, flat: Any) -> Any:
     """``{"0.weight": w, ...}`` (a state dict) as a nested TensorDict; non-tensors become NonTensorData."""
     root: dict = {}
     for name, value in flat.items():
@@ -122,7 +125,7 @@ def _nest_flat_dict(cls: type, flat: Any) -> Any:
     return build(root)
 
 
-def from_modules(cls: type, modules: tuple, as_module: bool = False, lock: bool = True,
+def from_modules(cls: Any, modules: tuple, as_module: bool = False, lock: bool = True,
                  use_state_dict: bool = False, expand_identical: bool = False) -> Any:
     if not modules:
         raise ValueError("from_modules needs at least one module.")
@@ -154,7 +157,7 @@ def _stack_members(members: list, path: tuple, expand_identical: bool) -> Any:
                 f"{_describe_path(path)}: keys only in module 0: {sorted(first.keys() - theirs)}, "
                 f"only in module {index}: {sorted(theirs - first.keys())}."
             )
-    storage = {}
+    storage: dict = {}
     count = len(members)
     for key, leaf in first.items():
         leaves = [member._tensordict[key] for member in members]
@@ -176,8 +179,6 @@ def _stack_members(members: list, path: tuple, expand_identical: bool) -> Any:
         elif isinstance(leaf, TensorCollection):
             storage[key] = _stack_members(leaves, path + (key,), expand_identical)
         else:
-            from .nontensor import combine_non_tensor
-
             storage[key] = combine_non_tensor(leaves, lambda grids: torch.stack(grids))
     return members[0]._new_unsafe(storage, torch.Size((count,)))
 
@@ -313,9 +314,11 @@ def _collect_targets(storage: dict, module: nn.Module, path: tuple, targets: lis
     current_values = {}
     for key, value in storage.items():
         if isinstance(value, _Tensor):
-            current = params.get(key) if key in params else buffers.get(key) if key in buffers else _MISSING
+            current = params.get(key, _MISSING)
             if current is _MISSING:
-                raise _missing_attribute(module, path, key, value)
+                current = buffers.get(key, _MISSING)
+                if current is _MISSING:
+                    raise _missing_attribute(module, path, key, value)
             if current is None:
                 raise ValueError(
                     f"Cannot copy {key!r} in place into {_module_where(path, module)}: the module holds None "
@@ -341,28 +344,28 @@ def _collect_targets(storage: dict, module: nn.Module, path: tuple, targets: lis
     return new(current_values, _NO_BATCH)
 
 
-
 def _copy_into(td: Any, module: nn.Module, return_swap: bool, swap_dest: Any, non_blocking: bool) -> Any:
     targets: list = []
     sources: list = []
     current = _collect_targets(td._tensordict, module, (), targets, sources, type(td)._new_unsafe, set())
-    with torch.no_grad():
-        saved = current.apply(lambda tensor: tensor.detach().clone()) if return_swap else None
-        if targets:
-            torch._foreach_copy_(targets, sources, non_blocking=non_blocking)
-    if not return_swap:
-        return None
-    originals = [tensor for _, tensor in saved.items(True, True)]
-    destinations = [tensor for _, tensor in current.items(True, True)]
-    if swap_dest is not None:
-        swap_dest.update(saved)
-        saved = swap_dest
-
-    def put_back(raised: bool) -> None:
+    saved = None
+    if return_swap:
         with torch.no_grad():
-            torch._foreach_copy_(destinations, originals)
+            saved = current.apply(lambda tensor: tensor.detach().clone())
+        originals = [tensor for _, tensor in saved.items(True, True)]
+        destinations = [tensor for _, tensor in current.items(True, True)]
+        if swap_dest is not None:
+            swap_dest.update(saved)  # before copying: if it fails, the module is untouched
+            saved = swap_dest
 
-    set_exit_action(saved, put_back)
+        def put_back(raised: bool) -> None:
+            with torch.no_grad():
+                torch._foreach_copy_(destinations, originals)
+
+        set_exit_action(saved, put_back)
+    if targets:
+        with torch.no_grad():
+            torch._foreach_copy_(targets, sources, non_blocking=non_blocking)
     return saved
 
 
@@ -383,8 +386,8 @@ def _load_state_dict(td: Any, module: nn.Module, inplace: bool, return_swap: boo
     current = module.state_dict(keep_vars=True)
     unexpected = [name for name in flat if name not in current]
     if unexpected:
-        raise MessageKeyError(f"keys {unexpected} not found in the state dict of {type(module).__name__}: it has "
-                       f"{sorted(current)}.")
+        raise MessageKeyError(
+            f"keys {unexpected} not found in the state dict of {type(module).__name__}: it has {sorted(current)}.")
     for name, value in flat.items():
         held = current[name]
         if isinstance(value, _Tensor) and isinstance(held, _Tensor) and _shapes_differ(value, held):
@@ -392,7 +395,8 @@ def _load_state_dict(td: Any, module: nn.Module, inplace: bool, return_swap: boo
                                f"TensorDict {tuple(value.shape)}. The module was left unchanged.")
     old = {name: current[name] for name in flat}
     if inplace:
-        old = {name: value.detach().clone() if isinstance(value, _Tensor) else value for name, value in old.items()}
+        old = {name: value.detach().clone() if isinstance(value, _Tensor) else value
+               for name, value in old.items()}
     module.load_state_dict(flat, strict=False, assign=not inplace)
     if not return_swap:
         return None

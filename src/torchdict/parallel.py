@@ -191,9 +191,9 @@ def run_map(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, chun
         if workers == 0 and pool is None:
             job = Job(fn, td, plan, MAP, out=out, user_out=out is not None, lock_views=td.is_locked)
             runner = ChunkRunner(job, allocate)
-            for chunk in range(plan.num_chunks):
-                outcomes.extend(runner.run(chunk, chunk + 1))
-                progress.update(1)
+            for first, stop in group_tasks(plan.num_chunks, 1):
+                outcomes.extend(runner.run(first, stop))
+                progress.update(stop - first)
         else:
             share_in_place(td)
             if out is not None:

@@ -36,9 +36,11 @@ import torch
 
 from ._base import TensorCollection
 from ._convert import parse_batch_size, parse_device, to_leaf
+from ._indexing import index_tensordict as _index_tensordict
 from ._keys import key_to_tuple
+from ._saved_classes import register_saved_class
 from .nontensor import NonTensorData, NonTensorStack
-from .saving import register_saved_class, save_collection
+from .saving import save_collection
 from .tensordict import TensorDict
 
 if sys.version_info >= (3, 11):
@@ -63,6 +65,8 @@ _NON_TENSOR = (NonTensorData, NonTensorStack)
 _OPTION_NAMES = ("autocast", "frozen", "nocast", "shadow", "kw_only")
 _DEFAULT_OPTIONS = dict.fromkeys(_OPTION_NAMES, False)
 _object_new = object.__new__
+# The C-level length of a tensor (torch.Tensor.__len__ is a slower Python wrapper).
+_tensor_len = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None)).__len__
 
 
 class _Default:
@@ -81,7 +85,7 @@ class _FieldSpec:
     """What the class knows about one field (resolved once, when the class is built)."""
 
     __slots__ = ("name", "owner", "default", "factory", "annotation", "tensor_like", "cast_to", "raw_default",
-                 "kw_only")
+                 "kw_only", "plain_tensor_ok")
 
     def __init__(self, field: dataclasses.Field, annotation: Any, owner: type) -> None:
         self.name = field.name
@@ -96,6 +100,8 @@ class _FieldSpec:
         target = self.cast_to
         self.raw_default = (target is not None and not self.tensor_like
                             and not issubclass(target, (_Tensor, TensorCollection)))
+        # A torch.Tensor value is stored as it is, unless autocast may turn it into something else.
+        self.plain_tensor_ok = self.tensor_like or not owner._tc_options["autocast"]
 
     @property
     def has_default(self) -> bool:
@@ -218,7 +224,7 @@ class _ValueField:
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         if instance is None:
             return self
-        value = instance._tensordict._tensordict.get(self.name)
+        value = instance.__dict__.get(self.name)
         if type(value) in _NON_TENSOR:
             return value.data
         return value
@@ -408,7 +414,10 @@ class TensorClass(_Base):
     (torch.Size([2, 1]), 0)
     """
 
-    __slots__ = ("_tensordict", "__dict__", "__weakref__")
+    # ``_td`` is the TensorDict, created on first use: construction only builds the storage
+    # dict (the instance ``__dict__``) and sets ``_td`` to the tuple ``(batch_size, device)``
+    # (the batch size possibly a plain tuple of ints, made a torch.Size when first needed).
+    __slots__ = ("_td", "__dict__", "__weakref__")
     __hash__ = None  # type: ignore[assignment]
 
     # Class-level facts about the fields (no annotations here: they would become fields).
@@ -418,8 +427,6 @@ class TensorClass(_Base):
     _tc_options = _DEFAULT_OPTIONS  # type: dict
     _tc_is_template = True
     _tc_frozen = False
-    if TYPE_CHECKING:
-        _tensordict: TensorDict
 
     def __init_subclass__(cls, *, _template: bool = False, **options: Any) -> None:
         unknown = set(options) - set(_OPTION_NAMES)
@@ -443,10 +450,19 @@ class TensorClass(_Base):
         return _template_class(cls, tuple(sorted(names)))
 
     # ------------------------------------------------------------------ protocol
+    @property
+    def _tensordict(self) -> TensorDict:
+        """The TensorDict holding the fields (its storage dict is this instance's ``__dict__``)."""
+        td = self._td
+        if type(td) is tuple:
+            td = TensorDict._new_unsafe(self.__dict__, _Size(td[0]), td[1])
+            _set_td(self, td)
+        return td
+
     def _rewrap(self, td: TensorDict) -> "Self":
         """A new instance of this class around ``td`` (no checks, no ``__init__``)."""
         new = _object_new(type(self))
-        _set_tensordict(new, td)
+        _set_td(new, td)
         _set_instance_dict(new, td._tensordict)
         if self._tc_frozen:
             td._lock_tree()
@@ -455,7 +471,7 @@ class TensorClass(_Base):
     @classmethod
     def _from_tensordict_unchecked(cls, td: TensorDict) -> "Self":
         new = _object_new(cls)
-        _set_tensordict(new, td)
+        _set_td(new, td)
         _set_instance_dict(new, td._tensordict)
         _guard_all(new)
         return new
@@ -468,7 +484,7 @@ class TensorClass(_Base):
                 raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
             _set_field(self, spec, value)
         elif name == "_tensordict":
-            _set_tensordict(self, value)
+            _set_td(self, value)
             _set_instance_dict(self, value._tensordict)
         elif hasattr(getattr(type(self), name, None), "__set__"):
             object.__setattr__(self, name, value)
@@ -486,15 +502,19 @@ class TensorClass(_Base):
 
     @property
     def batch_size(self) -> torch.Size:
-        return self._tensordict._batch_size
+        td = self._td
+        if type(td) is not tuple:
+            return td._batch_size
+        if type(td[0]) is not _Size:
+            td = (_Size(td[0]), td[1])
+            _set_td(self, td)
+        return td[0]
 
     @batch_size.setter
     def batch_size(self, value: Any) -> None:
         self._tensordict.batch_size = value
 
-    @property
-    def shape(self) -> torch.Size:
-        return self._tensordict._batch_size
+    shape = property(batch_size.fget, doc="The batch size (read-only alias).")
 
     @property
     def device(self) -> Optional[torch.device]:
@@ -514,7 +534,7 @@ class TensorClass(_Base):
 
     @property
     def batch_dims(self) -> int:
-        return len(self._tensordict._batch_size)
+        return len(self.batch_size)
 
     ndim = batch_dims
 
@@ -524,9 +544,19 @@ class TensorClass(_Base):
 
     # ------------------------------------------------------------------ indexing
     def __getitem__(self, index: Any) -> "Self":
-        if _is_key_index(index):
+        # The hot path of ``data[idx]``: straight to the batch indexing (a str is never a batch index).
+        if type(index) is str or (type(index) is tuple and index and type(index[0]) is str):
             raise _field_index_error(index)
-        return self._rewrap(self._tensordict[index])
+        td = self._td
+        if type(td) is tuple:
+            td = self._tensordict
+        result = _index_tensordict(td, index)
+        new = _object_new(type(self))
+        _set_td(new, result)
+        _set_instance_dict(new, result._tensordict)
+        if self._tc_frozen:
+            result._lock_tree()
+        return new
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if _is_key_index(index):
@@ -706,9 +736,6 @@ class TensorClass(_Base):
         def lock_(self) -> Self: ...
         def unlock_(self) -> Self: ...
         def to_dict(self) -> dict: ...
-        def memmap(self, prefix: Any = None, **kwargs: Any) -> Self: ...
-        def memmap_(self, prefix: Any = None, **kwargs: Any) -> Self: ...
-        def save(self, prefix: Any = None, **kwargs: Any) -> Self: ...
         def numel(self) -> int: ...
         def dim(self) -> int: ...
         def __len__(self) -> int: ...
@@ -727,7 +754,7 @@ for _name in _UNARY_OPERATORS:
 del _name
 _install_delegates(TensorClass)
 
-_set_tensordict = TensorClass.__dict__["_tensordict"].__set__
+_set_td = TensorClass.__dict__["_td"].__set__
 _set_instance_dict = TensorClass.__dict__["__dict__"].__set__
 
 
@@ -767,27 +794,32 @@ def _template_class(base: type, options: tuple) -> type:
 
 
 # ---------------------------------------------------------------------------- building a class
-def _field_lines(specs: list, fast_check: Optional[str], autocast: bool) -> list:
-    """Store each field: a plain tensor passing ``fast_check`` directly, anything else converted."""
-    lines = []
-    for spec in specs:
-        name = spec.name
-        slow = f"_tc_store(_tc_st, _tc_F_{name}, {name}, _tc_bs, _tc_dev)"
-        if fast_check is None or (autocast and not spec.tensor_like):
-            lines += [f"        if {name} is not None:", f"            {slow}"]
+def _build_storage(specs: list, values: tuple, batch_size: _Size, device: Any) -> dict:
+    """The storage dict for ``values`` (one per field), each converted and validated."""
+    storage: dict = {}
+    batch_size = _Size(batch_size)
+    n_batch = len(batch_size)
+    if n_batch and min(batch_size) < 0:
+        _negative_batch(batch_size)
+    for spec, value in zip(specs, values):
+        if value is None:
+            continue
+        if (type(value) is _Tensor and device is None and spec.plain_tensor_ok
+                and value.shape[:n_batch] == batch_size):
+            storage[spec.name] = value
         else:
-            check = fast_check.format(name=name)
-            lines += [f"        if type({name}) is _tc_Tensor{check}:", f"            _tc_st[{name!r}] = {name}",
-                      f"        elif {name} is not None:", f"            {slow}"]
-    return lines
+            _store(storage, spec, value, batch_size, device)
+    return storage
 
 
 def _make_init(cls: type, specs: list) -> Callable:
-    """Generate ``__init__`` (as dataclasses do), with the batch check inlined per field.
+    """Generate ``__init__`` (as dataclasses do) with one inlined fast path.
 
-    Without a device, a ``torch.Tensor`` whose leading dims match is stored as it is;
-    the cheapest exact check is picked by the number of batch dims. Anything else goes
-    through the full conversion (``_store``), which validates and raises E-BATCH.
+    When every field is a plain ``torch.Tensor`` whose leading dims match (and no
+    device is asked for), the storage dict is built in one go; the one-batch-dim check
+    uses the C length of a tensor (its first size, 0 for a 0-d tensor, hence ``b0 > 0``).
+    Anything else goes through :func:`_build_storage`, which converts, validates and
+    raises E-BATCH.
     """
     positional = [spec for spec in specs if not spec.kw_only and not cls._tc_options["kw_only"]]
     keyword = [spec for spec in specs if spec not in positional]
@@ -801,6 +833,11 @@ def _make_init(cls: type, specs: list) -> Callable:
     params = [spec.name + ("=_tc_DEFAULT" if spec.has_default else "") for spec in positional]
     params += ["*"] + [spec.name + ("=_tc_DEFAULT" if spec.has_default else "") for spec in keyword]
     params += ["batch_size=None", "device=None", "names=None", "**_tc_extra"]
+    names = [spec.name for spec in specs]
+    values = "(" + "".join(f"{name}, " for name in names) + ")"
+    literal = "{" + ", ".join(f"{name!r}: {name}" for name in names) + "}"
+    plain = " and ".join(f"type({name}) is _tc_Tensor" for name in names) or "True"
+    fast = all(spec.plain_tensor_ok for spec in specs)
     lines = [f"def __init__({this}, {', '.join(params)}):",
              "    if _tc_extra:",
              "        raise _tc_no_field(_tc_cls, next(iter(_tc_extra)))",
@@ -808,8 +845,9 @@ def _make_init(cls: type, specs: list) -> Callable:
              "        _tc_bs = _tc_EMPTY",
              "    elif type(batch_size) is _tc_Size:",
              "        _tc_bs = batch_size",
-             "    elif type(batch_size) is list and batch_size and type(batch_size[0]) is int:",
-             "        _tc_bs = _tc_Size(batch_size)",
+             # A one-dim list stays a tuple until the batch size is asked for (torch.Size() is slow).
+             "    elif type(batch_size) is list and len(batch_size) == 1 and type(batch_size[0]) is int:",
+             "        _tc_bs = (batch_size[0],)",
              "    else:",
              "        _tc_bs = _tc_parse_batch_size(batch_size)",
              "    _tc_dev = None if device is None else _tc_parse_device(device)"]
@@ -817,30 +855,33 @@ def _make_init(cls: type, specs: list) -> Callable:
         if spec.has_default:
             lines += [f"    if {spec.name} is _tc_DEFAULT:",
                       f"        {spec.name} = _tc_default(_tc_F_{spec.name}, _tc_bs, _tc_dev)"]
-    lines += ["    _tc_st = {}", "    _tc_n = len(_tc_bs)"]
-    autocast = cls._tc_options["autocast"]
-    lines += ["    if _tc_dev is not None:"] + _field_lines(specs, None, autocast)
-    lines += ["    elif _tc_n == 0:"] + _field_lines(specs, "", autocast)
-    lines += ["    elif _tc_n == 1:", "        _tc_b0 = _tc_bs[0]", "        if _tc_b0 < 0:",
-              "            _tc_negative(_tc_bs)"]
-    lines += _field_lines(specs, " and {name}.ndim and {name}.shape[0] == _tc_b0", autocast)
-    lines += ["    else:", "        if min(_tc_bs) < 0:", "            _tc_negative(_tc_bs)"]
-    lines += _field_lines(specs, " and {name}.shape[:_tc_n] == _tc_bs", autocast)
-    lines += ["    _tc_td = _tc_new_td(_tc_st, _tc_bs, _tc_dev)",
-              f"    _tc_set_td({this}, _tc_td)",
+    if fast:
+        length_checks = " and ".join(f"_tc_len({name}) == _tc_b0" for name in names) or "True"
+        lines += ["    _tc_n = len(_tc_bs)",
+                  f"    if _tc_dev is None and {plain}:",
+                  "        if _tc_n == 1 and (_tc_b0 := _tc_bs[0]) > 0 and " + length_checks + ":",
+                  f"            _tc_st = {literal}",
+                  "        elif _tc_n == 0:",
+                  f"            _tc_st = {literal}",
+                  "        else:",
+                  f"            _tc_st = _tc_build(_tc_specs, {values}, _tc_bs, _tc_dev)",
+                  "    else:",
+                  f"        _tc_st = _tc_build(_tc_specs, {values}, _tc_bs, _tc_dev)"]
+    else:
+        lines += [f"    _tc_st = _tc_build(_tc_specs, {values}, _tc_bs, _tc_dev)"]
+    lines += [f"    _tc_set_td({this}, (_tc_bs, _tc_dev))",
               f"    _tc_set_dict({this}, _tc_st)",
               "    if names is not None:",
-              "        _tc_td.names = names"]
+              f"        {this}._tensordict.names = names"]
     if hasattr(cls, "__post_init__"):
         lines.append(f"    {this}.__post_init__()")
     if cls._tc_options["frozen"]:
-        lines.append("    _tc_td._lock_tree()")
+        lines.append(f"    {this}._tensordict._lock_tree()")
     namespace: dict = {
         "_tc_DEFAULT": _DEFAULT, "_tc_EMPTY": _EMPTY_SIZE, "_tc_Size": _Size, "_tc_Tensor": _Tensor,
-        "_tc_parse_batch_size": parse_batch_size, "_tc_parse_device": parse_device, "_tc_store": _store,
-        "_tc_default": _default_leaf, "_tc_no_field": _no_field_error, "_tc_cls": cls,
-        "_tc_negative": _negative_batch,
-        "_tc_new_td": TensorDict._new_unsafe, "_tc_set_td": _set_tensordict, "_tc_set_dict": _set_instance_dict,
+        "_tc_parse_batch_size": parse_batch_size, "_tc_parse_device": parse_device, "_tc_build": _build_storage,
+        "_tc_default": _default_leaf, "_tc_no_field": _no_field_error, "_tc_cls": cls, "_tc_specs": specs,
+        "_tc_set_td": _set_td, "_tc_set_dict": _set_instance_dict, "_tc_len": _tensor_len,
     }
     namespace.update({f"_tc_F_{spec.name}": spec for spec in specs})
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from field names only
@@ -859,7 +900,7 @@ def _wrap_user_init(user_init: Callable) -> Callable:
     def __init__(self: Any, *args: Any, batch_size: Any = None, device: Any = None, names: Any = None,
                  **kwargs: Any) -> None:
         td = TensorDict(batch_size=batch_size, device=device, names=names)
-        _set_tensordict(self, td)
+        _set_td(self, td)
         _set_instance_dict(self, td._tensordict)
         user_init(self, *args, **kwargs)
 
@@ -986,6 +1027,8 @@ def tensorclass(cls: Any = None, /, *, autocast: bool = False, frozen: bool = Fa
             user_cls._tc_options = {**user_cls._tc_options, **chosen}
             user_cls._tc_frozen = user_cls._tc_options["frozen"]
             _check_field_names(user_cls, list(user_cls._tc_field_names))
+            for spec in user_cls._tc_fields.values():
+                spec.plain_tensor_ok = spec.tensor_like or not user_cls._tc_options["autocast"]
             if getattr(user_cls.__dict__.get("__init__"), "_tc_generated", False):
                 user_cls.__init__ = _make_init(user_cls, list(user_cls._tc_fields.values()))
             return user_cls

@@ -1,0 +1,193 @@
+"""apply / apply_ / named_apply, stated against calling the function on each leaf by hand."""
+from __future__ import annotations
+
+import doctest
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import torchdict._apply
+from torchdict import NonTensorData, TensorDict, tensorclass
+
+from _helpers import assert_same_snapshot, snapshot
+from _tensor_strategies import leaves, tensordicts
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def tensor_leaves(td: TensorDict) -> dict:
+    return {key: value for key, value in leaves(td).items() if isinstance(value, torch.Tensor)}
+
+
+def make_td() -> TensorDict:
+    return TensorDict({"a": torch.arange(6.0).view(3, 2), "i": torch.arange(3), "sub": {"b": torch.ones(3, 4)},
+                       "text": "hello"}, batch_size=[3])
+
+
+FUNCTIONS = {
+    "double": lambda x: x * 2,
+    "as float": lambda x: x.float(),
+    "flip last dim": lambda x: x.flip(-1) if x.ndim else x,
+    "identity": lambda x: x,
+}
+
+
+@SETTINGS
+@given(td=tensordicts(), name=st.sampled_from(sorted(FUNCTIONS)))
+def test_apply_equals_the_function_on_every_leaf(td, name):
+    fn = FUNCTIONS[name]
+    result = td.apply(fn)
+    assert result.batch_size == td.batch_size and result.device == td.device
+    for key, leaf in tensor_leaves(td).items():
+        expected = fn(leaf)
+        assert torch.equal(result.get(key), expected) and result.get(key).dtype == expected.dtype, key
+    assert set(result.keys(include_nested=True)) == set(td.keys(include_nested=True))
+
+
+def test_seed_filter_example():
+    data = TensorDict({"a": torch.tensor(1.0, dtype=torch.float), "b": torch.tensor(1, dtype=torch.int64)}, [])
+    data_float = data.apply(lambda x: x if x.dtype == torch.float else None)
+    assert "b" not in data_float and torch.equal(data_float["a"], torch.tensor(1.0))
+
+
+def test_none_drops_keys_and_empty_sub_tensordicts():
+    td = make_td()
+    floats = td.apply(lambda x: x if x.dtype == torch.float32 else None)
+    assert set(floats.keys(include_nested=True)) == {"a", "sub", ("sub", "b"), "text"}
+    only_a = td.apply(lambda x: x if x.shape[1:] == (2,) else None)
+    assert "sub" not in only_a and "i" not in only_a and "a" in only_a
+    kept = td.apply(lambda x: x if x.shape[1:] == (2,) else None, filter_empty=False)
+    assert "sub" in kept and list(kept["sub"].keys()) == []
+
+
+def test_everything_dropped_gives_none():
+    assert TensorDict(a=torch.zeros(2), sub={"b": torch.zeros(2)}).apply(lambda x: None) is None
+    empty = TensorDict(a=torch.zeros(2)).apply(lambda x: None, filter_empty=False)
+    assert isinstance(empty, TensorDict) and list(empty.keys()) == []
+
+
+def test_non_tensor_entries_pass_through_without_calling_fn():
+    seen = []
+    td = make_td()
+    result = td.apply(lambda x: seen.append(x) or x)
+    assert all(isinstance(item, torch.Tensor) for item in seen) and len(seen) == 3
+    assert result["text"] == "hello" and isinstance(result.get("text"), NonTensorData)
+
+
+def test_a_non_tensor_return_becomes_non_tensor_data():
+    result = TensorDict(a=torch.zeros(2), batch_size=[2]).apply(lambda x: "label")
+    assert result["a"] == "label" and result.get("a").batch_size == torch.Size([2])
+
+
+def test_batch_size_argument():
+    td = make_td()
+    summed = td.apply(lambda x: x.sum(0), batch_size=[])
+    assert summed.batch_size == torch.Size([]) and summed["sub"].batch_size == torch.Size([])
+    assert torch.equal(summed["a"], td["a"].sum(0)) and summed["text"] == "hello"
+    grown = td.apply(lambda x: x.unsqueeze(1), batch_size=[3, 1])
+    assert grown.batch_size == torch.Size([3, 1]) and grown["sub"].batch_size == torch.Size([3, 1])
+    with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+        td.apply(lambda x: x, batch_size=[4])
+
+
+def test_a_zero_dim_return_on_a_batched_td_gives_the_scalar_hint():
+    with pytest.raises(RuntimeError, match="Python scalars are stored as 0-dim tensors"):
+        make_td().apply(lambda x: x.sum())
+
+
+def test_in_place_writes_into_the_leaves_and_works_when_locked():
+    td = make_td().lock_()
+    leaf = td["a"]
+    assert td.apply(lambda x: x + 1, inplace=True) is td
+    assert td["a"] is leaf and torch.equal(leaf, torch.arange(1.0, 7.0).view(3, 2))
+    assert td.apply_(lambda x: x * 0) is td and not td.any()
+
+
+def test_in_place_with_a_tensor_under_several_keys_writes_once():
+    shared = torch.zeros(2)
+    td = TensorDict(a=shared, b=shared, sub={"c": shared})
+    td.apply_(lambda x: x + 1)
+    assert torch.equal(shared, torch.ones(2))
+
+
+def test_others_are_paired_by_key():
+    td = make_td()
+    other = td.apply(lambda x: x + 10)
+    result = td.apply(lambda x, y: y - x, other)
+    assert torch.equal(result["a"], torch.full((3, 2), 10.0)) and torch.equal(result["sub", "b"], torch.full((3, 4), 10.0))
+    reordered = TensorDict({key: other[key] for key in reversed(list(other.keys()))}, batch_size=[3])
+    assert torch.equal(td.apply(lambda x, y: y - x, reordered)["i"], torch.full((3,), 10))
+
+
+def test_others_with_missing_keys_raise_unless_a_default_is_given():
+    td = TensorDict(a=torch.ones(2), b=torch.ones(2), sub={"c": torch.ones(2)})
+    other = TensorDict(a=torch.ones(2))
+    with pytest.raises(KeyError, match='key "b" not found in TensorDict with keys'):
+        td.apply(lambda x, y: x + y, other)
+    result = td.apply(lambda x, y: x + y, other, default=0)
+    assert torch.equal(result["a"], torch.full((2,), 2.0)) and torch.equal(result["b"], torch.ones(2))
+    assert torch.equal(result["sub", "c"], torch.ones(2))
+    with pytest.raises(TypeError, match="TensorDicts"):
+        td.apply(lambda x, y: x + y, 3)
+
+
+def test_named_apply():
+    td = make_td()
+    names = []
+    td.named_apply(lambda key, x: names.append(key) or x)
+    assert names == ["a", "i", "b"]
+    names.clear()
+    td.named_apply(lambda key, x: names.append(key) or x, nested_keys=True)
+    assert names == ["a", "i", ("sub", "b")]
+    dropped = td.named_apply(lambda key, x: None if key == "i" else x)
+    assert "i" not in dropped and "a" in dropped
+    paired = td.named_apply(lambda key, x, y: x + y, td)
+    assert torch.equal(paired["a"], td["a"] * 2)
+
+
+def test_device_names_lock_and_out():
+    td = make_td()
+    td.names = ["rows"]
+    assert td.apply(lambda x: x).names == ["rows"]
+    moved = td.apply(lambda x: x, device="meta")
+    assert moved.device == torch.device("meta") and moved["a"].device == torch.device("meta")
+    assert moved["sub"].device == torch.device("meta")
+    td.lock_()
+    assert not td.apply(lambda x: x).is_locked and td.apply(lambda x: x, propagate_lock=True).is_locked
+    out = make_td().apply(lambda x: x * 0)
+    result = make_td().apply(lambda x: x + 1, out=out)
+    assert result is out and torch.equal(out["a"], td["a"] + 1)
+
+
+def test_call_on_nested_and_is_leaf():
+    td = make_td()
+    seen = []
+    td.apply(lambda x: seen.append(type(x)) or x, call_on_nested=True)
+    assert TensorDict in seen
+    whole = td.apply(lambda x: x.clone(), is_leaf=lambda cls: cls is TensorDict or issubclass(cls, torch.Tensor))
+    assert torch.equal(whole["sub", "b"], td["sub", "b"])
+
+
+def test_tensorclass_leaves_keep_their_class():
+    @tensorclass
+    class Point:
+        x: torch.Tensor
+
+    td = TensorDict(p=Point(x=torch.ones(3, 2), batch_size=[3]), batch_size=[3])
+    result = td.apply(lambda x: x * 3)
+    assert isinstance(result["p"], Point) and torch.equal(result["p"].x, torch.full((3, 2), 3.0))
+
+
+def test_a_failing_function_leaves_the_tensordict_unchanged():
+    td = make_td()
+    before = snapshot(td)
+    with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+        td.apply(lambda x: x[:1])
+    assert_same_snapshot(before, snapshot(td))
+
+
+def test_docstring_examples_run():
+    failures, _ = doctest.testmod(torchdict._apply, extraglobs={"torch": torch, "TensorDict": TensorDict})
+    assert failures == 0

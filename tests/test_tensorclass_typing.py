@@ -1,0 +1,96 @@
+"""Static typing of tensorclasses: mypy sees the fields and the ``__init__`` signature.
+
+``tensorclass`` and ``TensorClass`` carry ``typing.dataclass_transform``, so a type
+checker synthesises the constructor from the annotations (plus the keyword-only
+``batch_size``/``device``/``names`` of ``TensorClass``). Torch itself is not analysed
+(``follow_imports = skip``: a tensor is ``Any`` to mypy here), which keeps a cold run
+at a few seconds.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("mypy")
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+
+HEADER = '''
+import torch
+from torchdict import TensorClass, tensorclass
+
+
+class Obs(TensorClass):
+    pixels: torch.Tensor
+    step: int = 0
+
+
+@tensorclass
+class Pair:
+    left: torch.Tensor
+    right: torch.Tensor
+'''
+
+GOOD = HEADER + '''
+obs = Obs(torch.zeros(2, 3), batch_size=[2])
+obs2 = Obs(pixels=torch.zeros(2), step=3, device="cpu", names=None)
+pixels: torch.Tensor = obs.pixels
+step: int = obs.step
+part: Obs = obs[0]
+reshaped: Obs = obs.reshape(2, 1)
+pieces: tuple[Obs, ...] = obs.unbind(0)
+pair = Pair(torch.zeros(1), right=torch.ones(1))
+left: torch.Tensor = pair.left
+'''
+
+# Each line must be reported, with the error code in the comment.
+BAD = HEADER + '''
+Obs(step=1)  # call-arg: "pixels" missing
+Obs(torch.zeros(1), step="three")  # arg-type
+Obs(torch.zeros(1), nope=1)  # call-arg: unknown field
+Pair(torch.zeros(1))  # call-arg: "right" missing
+text: str = Obs(torch.zeros(1)).step  # assignment: the field is an int
+'''
+
+
+def run_mypy(tmp_path, source: str) -> subprocess.CompletedProcess:
+    (tmp_path / "example.py").write_text(textwrap.dedent(source))
+    (tmp_path / "mypy.ini").write_text(textwrap.dedent(f"""\
+        [mypy]
+        mypy_path = {SRC}
+        follow_imports = silent
+        [mypy-torch.*]
+        follow_imports = skip
+        follow_untyped_imports = True
+        """))
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"), "--cache-dir",
+         str(tmp_path / "cache"), "--no-error-summary", "--hide-error-context", str(tmp_path / "example.py")],
+        capture_output=True, text=True, cwd=str(tmp_path), timeout=240,
+    )
+
+
+def test_well_typed_tensorclass_code_passes_mypy(tmp_path):
+    result = run_mypy(tmp_path, GOOD)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_mypy_reports_missing_unknown_and_mistyped_fields(tmp_path):
+    result = run_mypy(tmp_path, BAD)
+    assert result.returncode == 1, result.stdout + result.stderr
+    reported = {}
+    for line in result.stdout.splitlines():
+        if ": error: " in line:
+            line_number = int(line.split(":")[1])
+            reported[line_number] = line
+    lines = textwrap.dedent(BAD).splitlines()
+    expected = {number: text.split("# ")[1].split(":")[0] for number, text in enumerate(lines, start=1)
+                if "  # " in text}
+    assert set(reported) == set(expected), result.stdout
+    for number, code in expected.items():
+        assert f"[{code}]" in reported[number], reported[number]
+    assert '"pixels"' in reported[min(expected)]
