@@ -12,21 +12,7 @@ import torch
 from torchdict import MemoryMappedTensor
 from torchdict import memmap as memmap_module
 
-ALL_DTYPES = [
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
-    torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
-    torch.float8_e4m3fn,
-]
-
-
-def sample(dtype: torch.dtype, shape=(3, 4)) -> torch.Tensor:
-    """Distinct values of ``dtype`` (built through float64 / int so every dtype works)."""
-    values = torch.arange(int(torch.Size(shape).numel()), dtype=torch.float64).view(shape)
-    if dtype is torch.bool:
-        return values.remainder(2) == 1
-    if dtype.is_complex:
-        return torch.complex(values, -values).to(dtype)
-    return values.to(dtype)
+from _dtype_samples import ALL_DTYPES, sample
 
 
 def file_bytes(path) -> bytes:

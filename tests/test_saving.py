@@ -16,24 +16,10 @@ import torch
 from torchdict import MemoryMappedTensor, NonTensorData, NonTensorStack, TensorDict
 from torchdict.saving import key_to_filename
 
+from _dtype_samples import ALL_DTYPES, sample
 from _helpers import assert_same_snapshot, snapshot
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
-
-ALL_DTYPES = [
-    torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16, torch.uint32,
-    torch.uint64, torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128,
-    torch.float8_e5m2,
-]
-
-
-def sample(dtype: torch.dtype, shape=(3, 4)) -> torch.Tensor:
-    values = torch.arange(int(torch.Size(shape).numel()), dtype=torch.float64).view(shape)
-    if dtype is torch.bool:
-        return values.remainder(2) == 1
-    if dtype.is_complex:
-        return torch.complex(values, -values).to(dtype)
-    return values.to(dtype)
 
 
 def same_bits(left: torch.Tensor, right: torch.Tensor) -> bool:

@@ -14,7 +14,7 @@ import torch
 
 from ._base import TensorCollection
 from ._errors import batch_mismatch_error, missing_key_error
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NonTensorData
 
 _Tensor = torch.Tensor
 _MISSING: Any = object()

@@ -50,7 +50,7 @@ def warn_user(message: str, category: type = FutureWarning) -> None:
     import sys
 
     package_dir = os.path.dirname(os.path.abspath(__file__))
-    frame = sys._getframe(0)  # stacklevel 1 is this function
+    frame: Any = sys._getframe(0)  # stacklevel 1 is this function
     level = 1
     while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == package_dir:
         frame = frame.f_back
@@ -126,7 +126,7 @@ def normalize_index(index: Any, batch_size: torch.Size) -> tuple:
     more dims than the batch has (then ``items`` is returned unchanged).
     """
     raw = index if type(index) is tuple else (index,)
-    items = []
+    items: list = []
     used = 0
     ellipsis_at = None
     for item in raw:
@@ -189,7 +189,7 @@ def _index_storage(storage: dict, index: Any, n_batch: int, new_batch: torch.Siz
     ``index`` acts on the batch dims only; nested collections keep their
     extra batch dims after ``new_batch``.
     """
-    result = {}
+    result: dict = {}
     for key, leaf in storage.items():
         if isinstance(leaf, _Tensor):
             result[key] = leaf[index]
@@ -207,7 +207,7 @@ def _index_storage(storage: dict, index: Any, n_batch: int, new_batch: torch.Siz
 
 def _take_storage(storage: dict, rows: torch.Tensor, n_batch: int, new_batch: torch.Size, seen: list) -> dict:
     """``leaf.index_select(0, rows)`` for every leaf (``rows`` holds non-negative positions)."""
-    result = {}
+    result: dict = {}
     for key, leaf in storage.items():
         if isinstance(leaf, _Tensor):
             result[key] = leaf.index_select(0, rows)
@@ -318,14 +318,16 @@ def _indexed_names(names: Optional[list], items: tuple) -> Optional[list]:
 def _index_past_storage(storage: dict, items: tuple, batch_items: tuple, n_batch: int,
                         new_batch: torch.Size) -> dict:
     """An index longer than the batch: the leaves get all of it, non-tensors only the batch part."""
-    result = {}
+    result: dict = {}
+    leaf: Any
     for key, leaf in storage.items():
         if isinstance(leaf, _Tensor):
             result[key] = leaf[items]
         elif isinstance(leaf, TensorCollection):
+            collection: Any = leaf
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
-                result[key] = leaf[items]
+                result[key] = collection[items]
         elif type(leaf) is NonTensorData:
             result[key] = leaf._with_batch_size(new_batch)
         else:

@@ -153,17 +153,17 @@ class TdOperands:
 
     def __init__(self, td: Any, other: Any) -> None:
         storage, other_storage = td._tensordict, other._tensordict
-        leaves = flat_tensors(storage)
-        others: Optional[list] = None
+        flat_leaves = flat_tensors(storage)
+        flat_others: Optional[list] = None
         self.non_tensor_pairs: dict = {}
-        if leaves is not None and storage.keys() == other_storage.keys():
-            others = list(map(other_storage.__getitem__, storage))
-            for leaf_type in set(map(type, others)):
-                if not issubclass(leaf_type, _Tensor):
-                    others = None
-                    break
-        self.flat = others is not None
-        if others is None:
+        if flat_leaves is not None and storage.keys() == other_storage.keys():
+            flat_others = flat_tensors(other_storage)
+            if flat_others is not None and list(other_storage) != list(storage):
+                flat_others = list(map(other_storage.__getitem__, storage))  # same keys, another order
+        self.flat = flat_others is not None
+        if flat_leaves is not None and flat_others is not None:
+            leaves, others = flat_leaves, flat_others
+        else:
             leaves, others = [], []
             if not _pair_storages(storage, other_storage, leaves, others, self.non_tensor_pairs, ()):
                 raise keys_mismatch(td, other)

@@ -164,10 +164,7 @@ def binary(td: Any, other: Any, op: PointwiseOp, kwargs: dict, reflected: bool =
         if op.name in ("eq", "ne"):
             non_tensor = _non_tensor_comparison(pairs.non_tensor_pairs, op.name == "eq")
         return rebuild(td, iter(results), pairs.batch_size, non_tensor=non_tensor)
-    leaves = flat_tensors(storage)
-    flat = leaves is not None
-    if not flat:
-        leaves = tensor_leaves(td)
+    leaves, flat = leaves_of(td)
     if isinstance(operand, _Tensor):
         if operand.ndim:
             leaves, others, batch_size = tensor_operands(td._batch_size, leaves, operand)
@@ -247,9 +244,7 @@ def binary_(td: Any, other: Any, op: PointwiseOp, kwargs: dict) -> Any:
         leaves, others = pairs.leaves, pairs.others
         check_inplace_shapes(leaves, others)
     else:
-        leaves = flat_tensors(td._tensordict)
-        if leaves is None:
-            leaves = tensor_leaves(td)
+        leaves, _ = leaves_of(td)
         if isinstance(operand, _Tensor) and operand.ndim:
             leaves, others, new_batch = tensor_operands(batch_size, leaves, operand)
             if new_batch != batch_size:
@@ -310,7 +305,7 @@ def unary_(td: Any, op: PointwiseOp, args: tuple, kwargs: dict) -> Any:
         return td
     leaves, _ = distinct_leaves(leaves)
     extra = (args, tuple(kwargs.items()))
-    fn = op.inplace
+    fn: Callable = op.inplace
     for leaf in leaves_by_dtype(leaves):
         preflight((op.name, leaf.dtype, leaf.device.type, extra),
                   lambda: fn(torch.empty(0, dtype=leaf.dtype, device=leaf.device), *args, **kwargs))
@@ -611,8 +606,8 @@ def _install() -> None:
         if op.inplace is not None and stem not in ("eq", "ne", "lt", "le", "gt", "ge"):
             put(f"__i{stem}__", _make_dunder(op, inplace=True))
     # ``1 + td`` is ``td + 1``: commutative ops skip the reflected loop and use foreach.
-    OpsMixin.__radd__ = OpsMixin.__add__
-    OpsMixin.__rmul__ = OpsMixin.__mul__
+    setattr(OpsMixin, "__radd__", vars(OpsMixin)["__add__"])
+    setattr(OpsMixin, "__rmul__", vars(OpsMixin)["__mul__"])
     for alias, name in (("multiply", "mul"), ("subtract", "sub"), ("divide", "div"), ("true_divide", "div"),
                         ("clip", "clamp"), ("absolute", "abs"), ("negative", "neg"), ("greater", "gt"),
                         ("greater_equal", "ge"), ("less", "lt"), ("less_equal", "le"), ("not_equal", "ne")):

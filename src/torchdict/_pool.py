@@ -21,7 +21,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from . import _channel as channel
+from ._channel import Link
 
 __all__ = ["WorkerPool", "WorkerError", "RemoteTraceback"]
 
@@ -152,7 +152,7 @@ class WorkerPool:
         finally:
             gc.unfreeze()
             child_conn.close()  # the child holds its end; ours would keep the pipe open after it dies
-        worker = _Worker(process, parent_conn)
+        worker = _Worker(process, Link(parent_conn))
         self._workers.append(worker)
         return worker
 
@@ -166,7 +166,7 @@ class WorkerPool:
         count = min(count, self.num_workers)
         workers = self._workers[:count]
         for worker in workers:
-            channel.send(worker.conn, ("job", job))
+            _send(worker, ("job", job))
         while len(workers) < count:
             workers.append(self._start_worker(job))
         return workers
@@ -287,7 +287,7 @@ class Execution:
     def _read(self, worker: _Worker) -> Iterator[tuple]:
         while worker.conn.poll():
             try:
-                message = channel.receive(worker.conn)
+                message = worker.conn.receive()
             except (EOFError, OSError, RuntimeError):
                 if worker.process.is_alive():
                     raise
@@ -320,7 +320,7 @@ class Execution:
 def _send(worker: _Worker, message: tuple) -> None:
     """Send to a worker; if it is dead, its sentinel reports that on the next wait."""
     try:
-        channel.send(worker.conn, message)
+        worker.conn.send(message)
     except (BrokenPipeError, ConnectionResetError):
         pass
 

@@ -176,7 +176,7 @@ def _reduce_pooled(td: Any, name: str, dims: Optional[tuple], feature: bool, kee
     if dims is None and not feature:
         return _whole(name, _pooled(td, None), False, kwargs)
     pooled = _pooled(td, ())
-    reduced = (len(td._batch_size),) if feature else dims + (pooled.ndim - 1,)
+    reduced = (len(td._batch_size),) if feature or dims is None else dims + (pooled.ndim - 1,)
     result = _reduce_dims(name, pooled, reduced, keepdim, kwargs)
     return result.squeeze(-1) if keepdim else result
 

@@ -112,7 +112,7 @@ def _combine_error(key: str, leaves: list, verb: str, error: Exception) -> Excep
 
 def _stack_storage(storages: list, dim: int, n_batch: int, new_batch: torch.Size, out: Optional[dict]) -> dict:
     """Stack key by key; the caller has checked that every storage has as many keys as the first."""
-    result = {} if out is None else out
+    result: dict = {} if out is None else out
     for key, leaf in storages[0].items():
         try:
             leaves = [storage[key] for storage in storages]
@@ -170,8 +170,9 @@ def _collect(tds: Sequence[Any], verb: str) -> tuple:
 
     ``same_sizes`` tells whether every storage has as many keys as the first.
     """
-    inners = []
-    storages = []
+    inners: list = []
+    storages: list = []
+    storage: Any
     for td in tds:
         storage = getattr(td, "_tensordict", None)
         if type(storage) is not dict:
@@ -253,7 +254,7 @@ def _cat_keys_error(storages: list) -> KeyError:
 
 def _cat_storage(storages: list, dim: int, n_batch: int, new_batch: torch.Size, out: Optional[dict]) -> dict:
     """Concatenate key by key; the caller has checked that every storage has as many keys as the first."""
-    result = {} if out is None else out
+    result: dict = {} if out is None else out
     for key, leaf in storages[0].items():
         try:
             leaves = [storage[key] for storage in storages]
@@ -379,14 +380,15 @@ def _like(make: Callable[..., torch.Tensor]) -> Callable:
     return handler
 
 
-for _function in (torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like,
-                  torch.randn_like):
-    TORCH_FUNCTIONS[_function] = _like(_function)
+_LIKE_FUNCTIONS: tuple = (torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like,
+                          torch.randn_like)
+for _like_function in _LIKE_FUNCTIONS:
+    TORCH_FUNCTIONS[_like_function] = _like(_like_function)
 
 
 # --------------------------------------------------------------------------- methods by name
 
-for _function, _method in (
+_METHOD_FUNCTIONS: tuple = (
     (torch.unbind, "unbind"),
     (torch.split, "split"),
     (torch.chunk, "chunk"),
@@ -407,19 +409,22 @@ for _function, _method in (
     (torch.narrow, "narrow"),
     (torch.gather, "gather"),
     (torch.clone, "clone"),
-):
-    dispatch_to_method(_function, _method, rename={"split_size_or_sections": "split_size"})
+)
+for _torch_function, _method_name in _METHOD_FUNCTIONS:
+    dispatch_to_method(_torch_function, _method_name, rename={"split_size_or_sections": "split_size"})
 
 
 @implements(torch.where)
 def _where(condition: Any, input: Any = None, other: Any = None, *, out: Any = None) -> Any:
     """``torch.where(condition, td, other)`` -> ``td.where(condition, other)``."""
     kwargs = {} if out is None else {"out": out}
+    collection: Any
     if isinstance(input, TensorCollection):
-        return input.where(condition, other, **kwargs)
+        collection = input
+        return collection.where(condition, other, **kwargs)
     if isinstance(other, TensorCollection):
-        return other.where(~condition if isinstance(condition, _Tensor) else condition.logical_not(), input,
-                           **kwargs)
+        collection = other
+        return collection.where(condition.logical_not(), input, **kwargs)
     raise TypeError("torch.where with a TensorDict condition needs a TensorDict input or other.")
 
 

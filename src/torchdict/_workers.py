@@ -23,7 +23,7 @@ import traceback
 from collections import deque
 from typing import Any, Callable, Optional
 
-from . import _channel as channel
+from ._channel import Link
 from ._base import TensorCollection
 from ._chunks import plain_leaves
 from ._gather import fits, skeleton_of, slot_writer, structure_of, write_slot
@@ -203,6 +203,7 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
     torch.set_num_threads(threads)
     seed_worker(seed)
     backlog: deque = deque()
+    link = Link(conn)
 
     def receive() -> tuple:
         if backlog:
@@ -210,12 +211,12 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
         while not conn.poll(_PARENT_POLL_S):
             if os.getppid() != parent_pid:
                 _exit_now()  # orphaned: the parent died without stopping us
-        return channel.receive(conn)
+        return link.receive()
 
     def request_output(skeleton: Any) -> Any:
-        channel.send(conn, ("structure", skeleton))
+        link.send(("structure", skeleton))
         while True:
-            message = channel.receive(conn)
+            message = link.receive()
             if message[0] == "output":
                 return message[1]
             backlog.append(message)
@@ -236,9 +237,9 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
                 try:
                     outcomes = runner.run(first, stop, on_chunk)  # type: ignore[union-attr]
                 except Exception as error:
-                    channel.send(conn, error_message(task_id, current[1], error))
+                    link.send(error_message(task_id, current[1], error))
                     continue
-                channel.send(conn, ("done", task_id, outcomes))
+                link.send(("done", task_id, outcomes))
             elif kind == "output":
                 if runner is not None and not runner.out_known:
                     runner.set_output(message[1])
@@ -246,6 +247,7 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
                 runner = ChunkRunner(message[1], request_output)
             elif kind == "end":
                 runner = None
+                link.drop_free_segments()
             elif kind == "stop":
                 _exit_now()
     except (EOFError, BrokenPipeError, ConnectionResetError):

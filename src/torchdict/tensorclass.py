@@ -613,9 +613,10 @@ class TensorClass(_Base):
 
     # ------------------------------------------------------------------ conversions
     @classmethod
-    def from_tensordict(cls, tensordict: TensorDict, non_tensordict: Optional[dict] = None,
-                        safe: bool = True) -> "Self":
+    def from_tensordict(cls, tensordict: TensorDict, non_tensordict: Optional[dict] = None) -> "Self":
         """Wrap ``tensordict`` (shared, not copied) in this class; its keys must be fields.
+
+        ``non_tensordict`` gives more fields by name (set like attributes).
 
         >>> class P(TensorClass):
         ...     x: torch.Tensor
