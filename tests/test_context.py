@@ -580,3 +580,24 @@ def test_tensorclass_parent_and_tensorclass_entries() -> None:
     with td.permute(1, 0) as permuted:
         permuted["obs", "x"] = torch.full((3, 2), 7.0)
     assert type(td["obs"]) is Obs and torch.equal(td["obs"].x, torch.full((2, 3), 7.0))
+
+
+def test_docstring_examples() -> None:
+    import doctest
+
+    import torchdict._context
+
+    failures, tried = doctest.testmod(torchdict._context, extraglobs={"torch": torch, "TensorDict": TensorDict})
+    assert tried and not failures
+
+
+def test_doc_page_examples_run() -> None:
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "context_managers.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert len(blocks) >= 3
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, str(page), "exec"), namespace)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -174,12 +175,10 @@ def scenario_per_leaf(rank, world, workdir):
         for work in works:
             work.wait()
         # The tags really are init_tag, init_tag + 1, ...: a plain dist.send with tag 21 fills key #2.
-        plain = TensorDict(a=torch.zeros(2), b=torch.zeros(3))
         dist.send(torch.full((3,), 9.0), dst=1, tag=21)
         dist.send(torch.full((2,), 8.0), dst=1, tag=20)
         expect_error(NotImplementedError, ["is not supported"],
                      lambda: TensorDict(s="text").send(dst=1, per_leaf=True))
-        del plain
     else:
         received = tensors_only.apply(torch.zeros_like)
         assert received.recv(src=0, per_leaf=True, init_tag=10) == 10 + n_leaves - 1
@@ -507,6 +506,7 @@ def _run_world(world: int, deadline_s: float = 150.0) -> dict:
                 per_rank[rank] = json.load(handle)
         except (OSError, ValueError):
             per_rank[rank] = {}
+    shutil.rmtree(workdir, ignore_errors=True)
     return {"per_rank": per_rank, "hung": hung, "exitcodes": [process.exitcode for process in processes]}
 
 

@@ -315,7 +315,9 @@ def _drop_empty(storage: dict) -> dict:
             inner = _drop_empty(value._tensordict)
             if not inner and value._tensordict:
                 continue
-            value._tensordict = inner
+            # Storage dicts are edited in place, never replaced (a tensorclass may share them).
+            value._tensordict.clear()
+            value._tensordict.update(inner)
         result[key] = value
     return result
 

@@ -105,10 +105,9 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
     target = tuple(item for item in (device, dtype) if item is not None)
     convert = methodcaller("to", *target, non_blocking=True) if non_blocking else methodcaller("to", *target)
     storage = td._tensordict
-    leaves = flat_tensors(storage)
-    flat = leaves is not None
-    if not flat:
-        leaves = tensor_leaves(td)
+    flat_leaves = flat_tensors(storage)
+    flat = flat_leaves is not None
+    leaves = flat_leaves if flat_leaves is not None else tensor_leaves(td)
     results = list(map(convert, leaves))
     if not moving and not any(map(is_not, results, leaves)):
         return td  # every leaf already had that dtype (Tensor.to returned it)

@@ -157,9 +157,9 @@ class TdOperands:
         flat_others: Optional[list] = None
         self.non_tensor_pairs: dict = {}
         if flat_leaves is not None and storage.keys() == other_storage.keys():
-            flat_others = flat_tensors(other_storage)
-            if flat_others is not None and list(other_storage) != list(storage):
-                flat_others = list(map(other_storage.__getitem__, storage))  # same keys, another order
+            candidates = list(map(other_storage.__getitem__, storage))  # in td's key order
+            if all(issubclass(leaf_type, _Tensor) for leaf_type in set(map(type, candidates))):
+                flat_others = candidates
         self.flat = flat_others is not None
         if flat_leaves is not None and flat_others is not None:
             leaves, others = flat_leaves, flat_others

@@ -275,10 +275,12 @@ def _preflight_binary(op: PointwiseOp, leaves: list, others: Any, paired: bool, 
     else:
         distinct = [(leaf, others) for leaf in leaves_by_dtype(leaves)]
     extra = tuple(kwargs.items())
+    inplace = op.inplace
+    assert inplace is not None
     for leaf, item in distinct:
         preflight((op.name, leaf.dtype, leaf.device.type, describe(item), extra),
-                  lambda: op.inplace(torch.empty(0, dtype=leaf.dtype, device=leaf.device),
-                                     empty_like_operand(item), **kwargs))
+                  lambda: inplace(torch.empty(0, dtype=leaf.dtype, device=leaf.device),
+                                  empty_like_operand(item), **kwargs))
 
 
 def unary(td: Any, op: PointwiseOp, args: tuple, kwargs: dict) -> Any:

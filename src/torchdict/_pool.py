@@ -134,11 +134,16 @@ class WorkerPool:
         from ._workers import worker_main
 
         parent_conn, child_conn = self._context.Pipe(duplex=True)
+        # Only a forked child holds copies of our ends of the other workers' pipes
+        # (spawn and forkserver children inherit nothing): it closes them first thing.
+        inherited: tuple = ()
+        if self.start_method == "fork":
+            inherited = (parent_conn.fileno(),) + tuple(worker.conn.fileno() for worker in self._workers)
         seed = (self._base_seed + self._started) % (2**63)
         self._started += 1
         process = self._context.Process(
             target=worker_main,
-            args=(child_conn, os.getpid(), seed, self.worker_threads, job),
+            args=(child_conn, os.getpid(), seed, self.worker_threads, job, inherited),
             name=f"torchdict-map-{self._started}",
             daemon=True,
         )
@@ -261,6 +266,8 @@ class Execution:
     def events(self) -> Iterator[tuple]:
         """Yield ``("done", task_id, outcomes)`` and ``("structure", skeleton)`` until every task is answered.
 
+        ``outcomes`` has one entry per chunk of the task (see ``_workers``).
+
         Raises the worker's exception (with its traceback as ``__cause__``) or
         :class:`WorkerError` when a worker dies.
         """
@@ -285,6 +292,8 @@ class Execution:
             self._dispatch()
 
     def _read(self, worker: _Worker) -> Iterator[tuple]:
+        from ._workers import unpack_outcomes
+
         while worker.conn.poll():
             try:
                 message = worker.conn.receive()
@@ -296,7 +305,7 @@ class Execution:
             if kind == "done":
                 worker.tasks.remove(message[1])
                 self.unanswered -= 1
-                yield message
+                yield ("done", message[1], unpack_outcomes(message[2], message[3]))
             elif kind == "structure":
                 yield message
             elif kind == "error":

@@ -15,7 +15,7 @@ non-tensor stacks are dropped, as there is no way to reduce them.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -137,6 +137,7 @@ def reduce(td: Any, name: str, dim: Any = _NO_DIM, keepdim: bool = False, kwargs
                 return _max_min_dims(name, leaf, feature_dims, keepdim)
             return _reduce_dims(name, leaf, feature_dims, keepdim, kwargs)
     else:
+        assert dims is not None
         kept = [1 if position in dims else size for position, size in enumerate(td._batch_size)]
         new_batch = torch.Size(kept if keepdim else [size for position, size in enumerate(td._batch_size)
                                                       if position not in dims])
@@ -258,11 +259,3 @@ def _reduction(td: Any, name: str, dim: Any, keepdim: bool, reduce_all: Optional
     kwargs = {key: value for key, value in kwargs.items() if value is not None}
     return reduce(td, name, dim, keepdim, kwargs, bool(reduce_all))
 
-
-def reducer(name: str) -> Callable:
-    """The reduction called ``name``, as a function of the TensorDict (for the torch-function table)."""
-
-    def call(td: Any, *args: Any, **kwargs: Any) -> Any:
-        return getattr(type(td), name)(td, *args, **kwargs)
-
-    return call

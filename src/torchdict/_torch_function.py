@@ -169,28 +169,30 @@ def _collect(tds: Sequence[Any], verb: str) -> tuple:
     """``(inners, storages, same_sizes)``: the TensorDicts (a tensorclass's inner one) and their storages.
 
     ``same_sizes`` tells whether every storage has as many keys as the first.
+    The common case (plain TensorDicts) is checked with C-level list operations.
     """
-    inners: list = []
-    storages: list = []
-    storage: Any
-    for td in tds:
-        storage = getattr(td, "_tensordict", None)
-        if type(storage) is not dict:
-            if not isinstance(td, TensorCollection):
-                raise TypeError(
-                    f"torch.{verb} of TensorDicts got an element that is not a TensorDict: "
-                    f"{[type(item).__name__ for item in tds]}."
-                )
-            td = storage  # a tensorclass: the TensorDict of its fields
-            storage = td._tensordict
-        inners.append(td)
-        storages.append(storage)
-    count = len(storages[0])
-    same_sizes = True
-    for storage in storages:
-        if len(storage) != count:
-            same_sizes = False
-    return inners, storages, same_sizes
+    try:
+        storages: Any = [td._tensordict for td in tds]
+    except AttributeError:
+        storages = None
+    if storages is not None and list(map(type, storages)).count(dict) == len(storages):
+        inners = list(tds)
+    else:
+        inners, storages = [], []
+        for td in tds:
+            storage = getattr(td, "_tensordict", None)
+            if type(storage) is not dict:
+                if not isinstance(td, TensorCollection):
+                    raise TypeError(
+                        f"torch.{verb} of TensorDicts got an element that is not a TensorDict: "
+                        f"{[type(item).__name__ for item in tds]}."
+                    )
+                td = storage  # a tensorclass: the TensorDict of its fields
+                storage = td._tensordict
+            inners.append(td)
+            storages.append(storage)
+    sizes = list(map(len, storages))
+    return inners, storages, sizes.count(sizes[0]) == len(sizes)
 
 
 def stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
@@ -207,9 +209,9 @@ def stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     inners, storages, same_sizes = _collect(tensors, "stack")
     first_inner = inners[0]
     batch = first_inner._batch_size
-    for inner in inners:
-        if inner._batch_size != batch:
-            raise _incongruent_error(inners, [item._batch_size for item in inners].index(inner._batch_size))
+    batches = [inner._batch_size for inner in inners]
+    if batches.count(batch) != len(batches):
+        raise _incongruent_error(inners, next(position for position, size in enumerate(batches) if size != batch))
     if not same_sizes:
         raise _exclusive_keys_error()
     n_batch = len(batch)

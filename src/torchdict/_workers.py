@@ -11,9 +11,9 @@ Messages, parent -> worker (tuples over a duplex Pipe):
     ("job", job) | ("task", task_id, first_chunk, stop_chunk) | ("output", out_or_None)
     | ("end",) | ("stop",)
 Worker -> parent:
-    ("done", task_id, outcomes) | ("structure", skeleton) | ("error", task_id, chunk, exc_bytes, traceback_text)
-where each outcome is ``("n",)`` (fn returned None), ``("w",)`` (written into the output)
-or ``("s", result)`` (sent back).
+    ("done", task_id, kinds, sent) | ("structure", skeleton) | ("error", task_id, chunk, exc_bytes, traceback_text)
+where ``kinds`` has one letter per chunk of the task: ``n`` (fn returned None), ``w``
+(written into the output) or ``s`` (sent back: ``sent[position]`` is the result).
 """
 from __future__ import annotations
 
@@ -192,12 +192,23 @@ def _exit_now() -> None:
     os._exit(0)
 
 
-def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Optional[Job]) -> None:
-    """Entry point of a worker process: serve tasks until told to stop or the parent is gone."""
+def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Optional[Job],
+                inherited_fds: tuple = ()) -> None:
+    """Entry point of a worker process: serve tasks until told to stop or the parent is gone.
+
+    ``inherited_fds`` are the parent's ends of the other workers' pipes, which a
+    forked child inherits: closing them lets each worker see end-of-file when
+    the parent dies, instead of being kept alive by a sibling holding its pipe.
+    """
     import signal
 
     import torch
 
+    for fd in inherited_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
     # Ctrl-C reaches the whole process group: the parent handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)
@@ -205,9 +216,7 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
     backlog: deque = deque()
     link = Link(conn)
 
-    def receive() -> tuple:
-        if backlog:
-            return backlog.popleft()
+    def next_message() -> tuple:
         while not conn.poll(_PARENT_POLL_S):
             if os.getppid() != parent_pid:
                 _exit_now()  # orphaned: the parent died without stopping us
@@ -216,30 +225,29 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
     def request_output(skeleton: Any) -> Any:
         link.send(("structure", skeleton))
         while True:
-            message = link.receive()
+            message = next_message()
             if message[0] == "output":
                 return message[1]
             backlog.append(message)
 
     runner = None if job is None else ChunkRunner(job, request_output)
-    current: list = [0, -1]  # the task and chunk being run, for error reports
+    current = [-1]  # the chunk being run, for error reports
 
     def on_chunk(chunk: int) -> None:
-        current[1] = chunk
+        current[0] = chunk
 
     try:
         while True:
-            message = receive()
+            message = backlog.popleft() if backlog else next_message()
             kind = message[0]
             if kind == "task":
                 task_id, first, stop = message[1], message[2], message[3]
-                current[0] = task_id
                 try:
                     outcomes = runner.run(first, stop, on_chunk)  # type: ignore[union-attr]
                 except Exception as error:
-                    link.send(error_message(task_id, current[1], error))
+                    link.send(error_message(task_id, current[0], error))
                     continue
-                link.send(("done", task_id, outcomes))
+                link.send(("done", task_id) + pack_outcomes(outcomes))
             elif kind == "output":
                 if runner is not None and not runner.out_known:
                     runner.set_output(message[1])
@@ -251,4 +259,20 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
             elif kind == "stop":
                 _exit_now()
     except (EOFError, BrokenPipeError, ConnectionResetError):
-        return  # the parent closed our pipe: nothing left to do
+        _exit_now()  # the parent closed our pipe: nothing left to do
+
+
+def pack_outcomes(outcomes: list) -> tuple:
+    """``(kinds, sent)``: one letter per chunk (n / w / s) and ``{position: result}`` for the sent ones.
+
+    A task may hold thousands of one-element chunks: a string of letters is
+    much cheaper to pickle than a tuple per chunk.
+    """
+    kinds = "".join(outcome[0] for outcome in outcomes)
+    sent = {position: outcome[1] for position, outcome in enumerate(outcomes) if outcome[0] == "s"}
+    return kinds, sent
+
+
+def unpack_outcomes(kinds: str, sent: dict) -> list:
+    """The inverse of :func:`pack_outcomes`."""
+    return [("s", sent[position]) if kind == "s" else (kind,) for position, kind in enumerate(kinds)]

@@ -356,14 +356,15 @@ class TensorDict(
 
     # ------------------------------------------------------------------ reading
     def __getitem__(self, index: Any) -> Any:
-        try:
-            # Hot path: a str key. Other indices miss (KeyError) or are unhashable (TypeError).
-            value = self._tensordict[index]
-        except (KeyError, TypeError):
-            return self._getitem_slow(index)
-        if isinstance(value, _Tensor):
-            return value
-        return value.data if type(value) in _NON_TENSOR else value
+        if type(index) is str:
+            try:
+                value = self._tensordict[index]
+            except KeyError:
+                raise missing_key_error(index, self._tensordict) from None
+            if isinstance(value, _Tensor):
+                return value
+            return value.data if type(value) in _NON_TENSOR else value
+        return self._getitem_slow(index)
 
     def _getitem_slow(self, index: Any) -> Any:
         if isinstance(index, str):
