@@ -123,9 +123,9 @@ def _shape_cases() -> list:
     batch = (8, 8)
     return [
         _unary_case("view(-1)", batch, lambda td: td.view(-1),
-                    lambda leaf: leaf.view((64,) + leaf.shape[2:]), "<= 1.2x floor"),
+                    lambda leaf: leaf.view(64, *leaf.shape[2:]), "<= 1.2x floor"),
         _unary_case("reshape(4, 16)", batch, lambda td: td.reshape(4, 16),
-                    lambda leaf: leaf.reshape((4, 16) + leaf.shape[2:]), "<= 1.2x floor"),
+                    lambda leaf: leaf.reshape(4, 16, *leaf.shape[2:]), "<= 1.2x floor"),
         _unary_case("unsqueeze(0)", batch, lambda td: td.unsqueeze(0), lambda leaf: leaf.unsqueeze(0),
                     "<= 1.2x floor"),
         _unary_case("permute(1, 0)", batch, lambda td: td.permute(1, 0),

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from torchdict import NonTensorData, NonTensorStack, TensorDict
+from torchdict import NonTensorStack, TensorDict
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.bool]
 

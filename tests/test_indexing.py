@@ -22,7 +22,6 @@ from _tensor_strategies import (
     batch_sizes,
     expected_leaf,
     grid_of,
-    leaves,
     tensordicts,
 )
 
@@ -442,3 +441,20 @@ def test_preallocation_follows_the_tensordict_device():
     data = TensorDict({}, batch_size=[2], device="cpu")
     data[0] = TensorDict({"a": torch.ones(2)})
     assert data["a"].device == torch.device("cpu")
+
+
+def test_doc_page_examples_run():
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "tensor_semantics.md"
+    # The sections on indexing, preallocation, stack/cat and shape ops come before "## Arithmetic".
+    text = page.read_text().split("\n## Arithmetic")[0]
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert len(blocks) >= 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, str(page), "exec"), namespace)
+    data = namespace["data"]
+    assert data["obs"].shape == (1000, 4) and data["next"].batch_size == torch.Size([1000])
+    assert data["info"] == "ok"

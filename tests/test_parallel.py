@@ -190,9 +190,21 @@ def test_out_is_written_and_returned():
 def test_out_with_another_structure_raises():
     td = make_td(12)
     out = TensorDict(other=torch.zeros(12), batch_size=[12])
-    with pytest.raises(RuntimeError, match="does not fit its place in out"):
+    with pytest.raises(RuntimeError, match=r"does not fit its place in out: out is a TensorDict with batch "
+                                           r"size \[12\] and leaves \{'other': 'float32\[12\]'\}"):
         td.map(double_x, num_workers=0, chunksize=5, out=out)
     assert torch.equal(out["other"], torch.zeros(12))
+
+
+def test_out_of_another_length_raises_before_any_work():
+    calls = []
+    td = make_td(12)
+    out = TensorDict(y=torch.zeros(10), batch_size=[10])
+    with pytest.raises(ValueError, match=r"out must hold the gathered result: 12 elements along dim 0, "
+                                         r"got batch size \[10\]"):
+        td.map(lambda chunk: calls.append(chunk), num_workers=0, chunksize=5, out=out)
+    assert calls == []
+    assert torch.equal(out["y"], torch.zeros(10))
 
 
 def test_locked_source_gives_locked_chunks():
@@ -436,3 +448,81 @@ def test_killed_worker_in_map_iter_raises():
     with pytest.raises(WorkerError, match="SIGKILL"):
         list(td.map_iter(kill_on_eight, num_workers=2, chunksize=4))
     assert multiprocessing.active_children() == []
+
+
+_ORPHAN_SCRIPT = r"""
+import os, sys, time
+import torch
+from torchdict import TensorDict
+
+def sleep_long(chunk):
+    time.sleep(60)
+
+if __name__ == "__main__":
+    print(os.getpid(), flush=True)
+    TensorDict(x=torch.zeros(4), batch_size=[4]).map(sleep_long, num_workers=2, chunksize=1)
+"""
+
+
+def _running_children(pid):
+    """Pids of live (not zombie) processes whose parent is ``pid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry))
+    return found
+
+
+def _is_running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_with_a_killed_parent(tmp_path):
+    import subprocess
+    import time
+
+    script = tmp_path / "orphans.py"
+    script.write_text(_ORPHAN_SCRIPT)
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    environment = {**os.environ, "PYTHONPATH": source + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=environment)
+    try:
+        pid = int(parent.stdout.readline())
+        deadline = time.monotonic() + 60
+        while len(_running_children(pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = _running_children(pid)
+        assert len(workers) == 2
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while any(_is_running(worker) for worker in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_is_running(worker) for worker in workers)
+
+
+@pytest.mark.slow
+def test_docstring_examples_run():
+    import doctest
+
+    import torchdict._chunks
+    import torchdict._pool
+    import torchdict.parallel
+
+    for module in (torchdict.parallel, torchdict._pool, torchdict._chunks):
+        failures, attempted = doctest.testmod(module, extraglobs={"torch": torch, "TensorDict": TensorDict})
+        assert failures == 0 and attempted > 0, module.__name__

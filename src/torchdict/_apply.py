@@ -1,18 +1,27 @@
-"""The one leaf-wise recursion, and apply / apply_ / named_apply on top of it.
+"""The leaf-wise recursions, and apply / apply_ / named_apply on top of them.
 
-:func:`map_batch` is used by every op that acts on the batch dimensions
-(indexing, shape ops, stacking, ...): it applies a tensor function to each
-tensor leaf, the same function to the index grid of each non-tensor stack,
-and rebuilds nested TensorDicts (and tensorclasses) whose batch sizes follow
-from the parent's new batch size. :func:`apply` is the user-facing variant.
+- :func:`map_batch` is used by every op that acts on the batch dimensions
+  (indexing, shape ops, stacking, ...): it applies a tensor function to each
+  tensor leaf, the same function to the index grid of each non-tensor stack,
+  and rebuilds nested TensorDicts (and tensorclasses) whose batch sizes follow
+  from the parent's new batch size.
+- :func:`tensor_leaves` / :func:`rebuild` split a TensorDict into the flat
+  list of its tensor leaves and put a list of results back into the same
+  structure; ops that process all leaves at once (``torch._foreach_*``
+  arithmetic, reductions, ``to``, ``clone``) use them, with
+  :func:`flat_tensors` as the shortcut for a TensorDict holding only tensors.
+- :func:`apply` is the user-facing variant: ``fn`` per leaf, ``None`` drops a key.
 """
 from __future__ import annotations
 
+import operator
+from itertools import compress, repeat
 from typing import Any, Callable, Optional
 
 import torch
 
 from ._base import TensorCollection
+from ._convert import parse_batch_size, parse_device, to_leaf
 from ._errors import batch_mismatch_error, missing_key_error
 from .nontensor import NonTensorData
 
@@ -143,8 +152,6 @@ def apply(td: Any, fn: Callable, others: tuple, *, batch_size: Any = None, devic
           propagate_lock: bool = False, call_on_nested: bool = False, is_leaf: Optional[Callable] = None,
           out: Any = None, named: bool = False, nested_keys: bool = False, prefix: tuple = ()) -> Any:
     """``fn`` on every tensor leaf of ``td`` (and the same-key leaves of ``others``); see ``ApplyMixin.apply``."""
-    from ._convert import parse_batch_size, parse_device
-
     new_batch = td._batch_size if batch_size is None else parse_batch_size(batch_size)
     new_device = td._device if device is _MISSING else parse_device(device)
     run = _ApplyRun(fn, new_device, inplace, default, filter_empty, call_on_nested, is_leaf, named, nested_keys)
@@ -185,6 +192,26 @@ def _non_tensor_for_batch(leaf: Any, batch_size: torch.Size) -> Any:
         data = leaf.data
         return NonTensorData(data, batch_size, leaf.device)
     return leaf._with_batch_size(batch_size)
+
+
+_shape_of = operator.attrgetter("shape")
+_is_cpu = operator.attrgetter("is_cpu")
+_first = operator.itemgetter(0)
+
+
+def _plain_results_fit(results: list, n_batch: int, first: int, on_cpu: bool) -> bool:
+    """True when every result is a plain tensor with the leading size ``first`` (1-d batch) on
+    the right device; False sends the results through the per-leaf checks (and their errors)."""
+    if set(map(type, results)) != {_Tensor}:
+        return False
+    if on_cpu and not all(map(_is_cpu, results)):
+        return False
+    if n_batch == 0:
+        return True
+    try:
+        return set(map(_first, map(_shape_of, results))) == {first}
+    except IndexError:  # a 0-dim result
+        return False
 
 
 class _ApplyRun:
@@ -249,38 +276,51 @@ class _ApplyRun:
     def _plain_storage(self, td: Any, batch_size: torch.Size, prefix: tuple) -> dict:
         """The common case (one TensorDict, unnamed, not in place), kept lean: it sets apply's speed.
 
-        The batch check is the cheapest that is exact: nothing for batch ``[]``, the
-        leading size for a 1-d batch (``shape[:1]`` costs twice as much), a slice otherwise.
+        ``fn`` is called on the tensor leaves in a C-level loop (``map``) and the results are
+        checked in C-level passes (:func:`_plain_results_fit`: the cheapest exact batch check is
+        the leading size of a 1-d batch). Anything unusual (None, non-tensors, another batch)
+        goes through the per-result checks of :meth:`_checked`.
         """
         fn = self.fn
         n_batch = len(batch_size)
-        first = batch_size[0] if n_batch else 0
         device = self.device
         on_cpu = device is not None and device.type == "cpu"
-        tensor_type = _Tensor
-        result: dict = {}
-        for key, leaf in td._tensordict.items():
-            if type(leaf) is not tensor_type and not isinstance(leaf, tensor_type):
-                entry = self._non_tensor_entry(td, key, leaf, [], batch_size, prefix)
-                if entry is not DROP:
-                    result[key] = entry
-                continue
-            value = fn(leaf)
-            if type(value) is tensor_type and (device is None or (value.is_cpu if on_cpu else value.device == device)):
-                if n_batch == 1:
-                    try:
-                        fits = value.shape[0] == first
-                    except IndexError:  # a 0-dim result
-                        fits = False
+        storage = td._tensordict
+        values = list(storage.values())
+        is_tensor = list(map(isinstance, values, repeat(_Tensor)))
+        if all(is_tensor):
+            keys: Any = storage
+            leaves = values
+        else:
+            keys = list(compress(storage, is_tensor))
+            leaves = list(compress(values, is_tensor))
+        results = list(map(fn, leaves))
+        fits = (n_batch <= 1 and (device is None or on_cpu)
+                and _plain_results_fit(results, n_batch, batch_size[0] if n_batch else 0, on_cpu))
+        if keys is storage and fits:
+            return dict(zip(storage, results))
+        # Keep the storage's key order: every key first, then the values.
+        result: dict = dict.fromkeys(storage)
+        dropped = []
+        if fits:
+            result.update(zip(keys, results))
+        else:
+            for key, value in zip(keys, results):
+                if value is None:
+                    self.dropped = True
+                    dropped.append(key)
                 else:
-                    fits = n_batch == 0 or value.shape[:n_batch] == batch_size
-                if fits:
-                    result[key] = value
-                    continue
-            if value is None:
-                self.dropped = True
-            else:
-                result[key] = self._checked(value, prefix + (key,) if prefix else key, batch_size, n_batch)
+                    result[key] = self._checked(value, prefix + (key,) if prefix else key, batch_size, n_batch)
+        if keys is not storage:
+            for key, leaf, tensor in zip(storage, values, is_tensor):
+                if not tensor:
+                    entry = self._non_tensor_entry(td, key, leaf, [], batch_size, prefix)
+                    if entry is DROP:
+                        dropped.append(key)
+                    else:
+                        result[key] = entry
+        for key in dropped:
+            del result[key]
         return result
 
     def _checked(self, value: Any, name: Any, batch_size: torch.Size, n_batch: int) -> Any:
@@ -293,8 +333,6 @@ class _ApplyRun:
             return value
         if isinstance(value, TensorCollection):
             return value
-        from ._convert import to_leaf
-
         return to_leaf(value, name, batch_size, self.device)
 
     def _non_tensor_entry(self, td: Any, key: str, leaf: Any, other_leaves: list, batch_size: torch.Size,

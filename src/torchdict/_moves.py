@@ -23,6 +23,13 @@ from ._convert import parse_batch_size, parse_device
 
 _Tensor = torch.Tensor
 _DEVICES: dict = {}  # device string -> torch.device, for the to(same device) fast path
+#: dtype -> the Tensor method casting to it (each returns the tensor itself when it already has the dtype).
+_CAST_METHODS = {
+    torch.float64: _Tensor.double, torch.float32: _Tensor.float, torch.float16: _Tensor.half,
+    torch.bfloat16: _Tensor.bfloat16, torch.int64: _Tensor.long, torch.int32: _Tensor.int,
+    torch.int16: _Tensor.short, torch.int8: _Tensor.char, torch.uint8: _Tensor.byte, torch.bool: _Tensor.bool,
+    torch.complex64: _Tensor.cfloat, torch.complex128: _Tensor.cdouble,
+}
 
 
 def _cached_device(name: str) -> Optional[torch.device]:
@@ -102,8 +109,11 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
     moving = device is not None and device != td._device
     if not moving and dtype is None:
         return td
-    target = tuple(item for item in (device, dtype) if item is not None)
-    convert = methodcaller("to", *target, non_blocking=True) if non_blocking else methodcaller("to", *target)
+    if device is None and not non_blocking and dtype in _CAST_METHODS:
+        convert = _CAST_METHODS[dtype]  # ``leaf.double()`` is faster than ``leaf.to(torch.float64)``
+    else:
+        target = tuple(item for item in (device, dtype) if item is not None)
+        convert = methodcaller("to", *target, non_blocking=True) if non_blocking else methodcaller("to", *target)
     storage = td._tensordict
     flat_leaves = flat_tensors(storage)
     flat = flat_leaves is not None

@@ -25,6 +25,7 @@ import torch
 
 from ._apply import flat_tensors, unwrap
 from ._base import TensorCollection
+from ._errors import keys_mismatch_error
 
 _Tensor = torch.Tensor
 _SCALARS = (bool, int, float, complex)
@@ -95,8 +96,6 @@ def _not_collection(cls: type) -> bool:
 
 def keys_mismatch(td: Any, other: Any) -> KeyError:
     """The KeyError naming the leaves that only one of two TensorDicts holds."""
-    from ._errors import keys_mismatch_error
-
     def leaf_keys(collection: Any) -> set:
         return set(collection.keys(include_nested=True, leaves_only=True, is_leaf=_not_collection))
 

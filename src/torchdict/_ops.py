@@ -27,6 +27,7 @@ import torch
 from . import _masking
 from ._apply import flat_tensors, keep_non_tensor, rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
+from ._keys import key_to_tuple
 from ._masking import finish, leaves_of
 from ._operands import (
     UNSUPPORTED,
@@ -324,8 +325,6 @@ def unary_(td: Any, op: PointwiseOp, args: tuple, kwargs: dict) -> Any:
 
 def fill_(td: Any, key: Any, value: Any) -> Any:
     """Fill the entry at ``key`` (every leaf of it, for a sub-TensorDict) with ``value``, in place."""
-    from ._keys import key_to_tuple
-
     entry = td._get_path(key_to_tuple(key))
     if isinstance(entry, TensorCollection):
         leaves = tensor_leaves(unwrap(entry))

@@ -93,13 +93,19 @@ class WorkerPool:
         generator: draws the workers' base seed; worker ``i`` seeds torch and
             ``random`` with ``base + i`` (default: the global torch RNG).
 
+    With a pool, ``fn`` always crosses a pipe, so it must be picklable (a
+    module-level function, not a lambda), whatever the start method.
+
     Example:
         >>> import torch
         >>> from torchdict import TensorDict
         >>> from torchdict.parallel import WorkerPool
         >>> td = TensorDict(x=torch.arange(8.0), batch_size=[8])
-        >>> with WorkerPool(2) as pool:  # doctest: +SKIP
-        ...     doubled = td.map(double_x, pool=pool, chunksize=4)
+        >>> with WorkerPool(2) as pool:
+        ...     first = td.map(TensorDict.clone, pool=pool, chunksize=4)
+        ...     second = td.map(TensorDict.clone, pool=pool, chunksize=2)  # the same two processes
+        >>> torch.equal(second["x"], td["x"])
+        True
     """
 
     def __init__(self, num_workers: Optional[int] = None, *, mp_start_method: Optional[str] = None,
@@ -168,6 +174,11 @@ class WorkerPool:
         inherited, not pickled (so ``fn`` may be a lambda); with ``spawn`` it is
         pickled once, shared-memory handles included.
         """
+        for worker in [worker for worker in self._workers if not worker.process.is_alive()]:
+            # died between calls (killed from outside): replace it rather than fail the job
+            worker.process.join()
+            worker.conn.close()
+            self._workers.remove(worker)
         count = min(count, self.num_workers)
         workers = self._workers[:count]
         for worker in workers:

@@ -20,6 +20,8 @@ from typing import Any, Optional
 import torch
 
 from ._apply import DROP, flat_tensors, rebuild, tensor_leaves
+from ._errors import batch_dim_error
+from .nontensor import NonTensorData
 
 _Tensor = torch.Tensor
 _NO_DIM: Any = object()
@@ -29,8 +31,6 @@ _WITH_INDICES = frozenset({"max", "min"})
 
 def check_batch_dim(dim: Any, batch_dims: int) -> int:
     """``dim`` as a non-negative batch dim; raises :class:`BatchDimError` when out of range."""
-    from ._errors import batch_dim_error
-
     if isinstance(dim, bool) or not isinstance(dim, int):
         raise TypeError(f"dim must be an int, a tuple of ints or 'feature', got {dim!r}.")
     if not -batch_dims <= dim < batch_dims:
@@ -84,8 +84,6 @@ def _whole(name: str, leaf: torch.Tensor, keepdim: bool, kwargs: dict) -> torch.
 
 
 def _keep_shared_non_tensor(leaf: Any, batch_size: torch.Size) -> Any:
-    from .nontensor import NonTensorData
-
     if type(leaf) is NonTensorData:
         return leaf if leaf.batch_size == batch_size else leaf._with_batch_size(batch_size)
     return DROP

@@ -6,7 +6,9 @@ error for a bad argument), then maps a tensor op that touches the leading
 batch dims only over the leaves with :func:`_apply.map_batch`. Feature dims
 are never touched, and leaves are torch views wherever torch gives views.
 Dims are made non-negative against the *batch* dims before reaching a leaf,
-whose ``-1`` would otherwise mean its last feature dim.
+whose ``-1`` would otherwise mean its last feature dim. Sizes are passed to
+torch as separate ints (``leaf.view(*sizes)``): torch parses those faster
+than one tuple.
 """
 from __future__ import annotations
 
@@ -75,6 +77,18 @@ def infer_shape(shape: tuple, numel: int) -> torch.Size:
     return _Size(shape)
 
 
+def _resizer(method: str, new_batch: torch.Size, n_batch: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``leaf.<method>(*new_batch, *feature dims)`` (view, reshape or expand)."""
+    if new_batch:
+        if method == "view":
+            return lambda leaf: leaf.view(*new_batch, *leaf.shape[n_batch:])
+        if method == "reshape":
+            return lambda leaf: leaf.reshape(*new_batch, *leaf.shape[n_batch:])
+        return lambda leaf: leaf.expand(*new_batch, *leaf.shape[n_batch:])
+    # No batch dims left: the feature shape alone, as one tuple (torch needs at least one argument).
+    return lambda leaf: getattr(leaf, method)(leaf.shape[n_batch:])
+
+
 def _with_names(result: Any, names: Optional[list]) -> Any:
     result._names = names if names is not None and any(name is not None for name in names) else None
     return result
@@ -97,7 +111,7 @@ def view(td: Any, args: tuple, size: Any, batch_size: Any) -> Any:
     if new_batch == batch:
         return td
     n_batch = len(batch)
-    return map_batch(td, lambda leaf: leaf.view(new_batch + leaf.shape[n_batch:]), new_batch)
+    return map_batch(td, _resizer("view", new_batch, n_batch), new_batch)
 
 
 def view_dtype(td: Any, dtype: torch.dtype) -> Any:
@@ -123,7 +137,7 @@ def reshape(td: Any, args: tuple) -> Any:
     if new_batch == batch:
         return td
     n_batch = len(batch)
-    return map_batch(td, lambda leaf: leaf.reshape(new_batch + leaf.shape[n_batch:]), new_batch)
+    return map_batch(td, _resizer("reshape", new_batch, n_batch), new_batch)
 
 
 def unsqueeze(td: Any, dim: int) -> Any:
@@ -176,10 +190,25 @@ def permute(td: Any, args: tuple) -> Any:
     if dims == tuple(range(n_batch)):
         return td
     new_batch = _Size(batch[dim] for dim in dims)
-    result = map_batch(td, lambda leaf: leaf.permute(*dims, *range(n_batch, leaf.dim())), new_batch)
+    result = map_batch(td, _permuter(dims), new_batch)
     if td._names is not None:
         _with_names(result, [td._names[dim] for dim in dims])
     return result
+
+
+def _permuter(dims: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``leaf.permute(*dims, *feature dims)``, the full order built once per leaf rank."""
+    orders: dict = {}
+    n_batch = len(dims)
+
+    def permuted(leaf: torch.Tensor) -> torch.Tensor:
+        rank = leaf.dim()
+        order = orders.get(rank)
+        if order is None:
+            order = orders[rank] = dims + tuple(range(n_batch, rank))
+        return leaf.permute(*order)  # varargs parse faster than one tuple argument
+
+    return permuted
 
 
 def transpose(td: Any, dim0: int, dim1: int) -> Any:
@@ -216,7 +245,7 @@ def movedim(td: Any, source: Any, destination: Any) -> Any:
         order[position] = placed[position] if position in placed else next(rest)
     if order == list(range(n_batch)):
         return td
-    result = map_batch(td, lambda leaf: leaf.permute(*order, *range(n_batch, leaf.dim())), new_batch)
+    result = map_batch(td, _permuter(tuple(order)), new_batch)
     if td._names is not None:
         _with_names(result, [td._names[dim] for dim in order])
     return result
@@ -245,7 +274,7 @@ def expand(td: Any, args: tuple) -> Any:
     if any(size < 0 for size in sizes):
         raise RuntimeError(f"invalid expanded shape {shape} for a batch of size {batch}")
     new_batch = _Size(sizes)
-    result = map_batch(td, lambda leaf: leaf.expand(new_batch + leaf.shape[n_batch:]), new_batch)
+    result = map_batch(td, _resizer("expand", new_batch, n_batch), new_batch)
     if td._names is not None:
         _with_names(result, [None] * offset + list(td._names))
     return result
@@ -437,6 +466,8 @@ def _empty_storage(td: Any, n_batch: int, new_batch: torch.Size, device: Any) ->
                                                           inner_batch, device))
         elif type(leaf) is NonTensorData:
             storage[key] = leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
+        elif not isinstance(leaf, _Tensor) and new_batch == td._batch_size:
+            storage[key] = leaf  # a NonTensorStack fits only its own batch
     return storage
 
 

@@ -110,45 +110,92 @@ def _combine_error(key: str, leaves: list, verb: str, error: Exception) -> Excep
     return error
 
 
-def _stack_storage(storages: list, dim: int, n_batch: int, new_batch: torch.Size, out: Optional[dict]) -> dict:
-    """Stack key by key; the caller has checked that every storage has as many keys as the first."""
+class _Combine:
+    """What differs between stack and cat: the torch function and the checks of nested entries."""
+
+    __slots__ = ("verb", "torch_fn", "keys_error", "nested_extra", "non_tensor")
+
+    def __init__(self, verb: str, torch_fn: Callable, keys_error: Callable, nested_extra: Callable,
+                 non_tensor: Callable) -> None:
+        self.verb = verb
+        self.torch_fn = torch_fn
+        self.keys_error = keys_error  # (storages) -> Exception
+        self.nested_extra = nested_extra  # (inners, key, n_batch) -> their extra batch dims, or raise
+        self.non_tensor = non_tensor  # (leaves, dim) -> the combined non-tensor leaf
+
+
+def _combine_storage(storages: list, dim: int, n_batch: int, new_batch: torch.Size, out: Optional[dict],
+                     kind: _Combine) -> dict:
+    """Combine key by key; the caller has checked that every storage has as many keys as the first."""
+    torch_fn = kind.torch_fn
     result: dict = {} if out is None else out
     for key, leaf in storages[0].items():
         try:
             leaves = [storage[key] for storage in storages]
         except KeyError:
-            raise _exclusive_keys_error() from None
-        if isinstance(leaf, _Tensor):
+            raise kind.keys_error(storages) from None
+        if type(leaf) is _Tensor and out is None:  # the common case, kept lean
             try:
-                if out is not None and isinstance(out.get(key), _Tensor):
-                    torch.stack(leaves, dim, out=out[key])
-                    continue
-                result[key] = torch.stack(leaves, dim)
+                result[key] = torch_fn(leaves, dim)
             except (RuntimeError, TypeError) as error:
-                raise _combine_error(key, leaves, "stack", error) from error
-        elif isinstance(leaf, TensorCollection):
-            if not all(isinstance(item, TensorCollection) for item in leaves):
-                raise _combine_error(key, leaves, "stack", TypeError())
-            inners = [unwrap(item) for item in leaves]
-            inner_batch = inners[0]._batch_size
-            for position, inner in enumerate(inners):
-                if inner._batch_size != inner_batch:
-                    raise _incongruent_error(inners, position)
-            stacked_batch = new_batch + inner_batch[n_batch:]
-            if not _same_sizes([item._tensordict for item in inners]):
-                raise _exclusive_keys_error()
-            target = out.get(key) if out is not None else None
-            if isinstance(target, TensorCollection):
-                _stack_storage([item._tensordict for item in inners], dim, n_batch, stacked_batch,
-                               unwrap(target)._tensordict)
-                continue
-            storage = _stack_storage([item._tensordict for item in inners], dim, n_batch, stacked_batch, None)
-            result[key] = rewrap(leaf, inners[0]._new_unsafe(storage, stacked_batch, _merged_device(inners)))
+                raise _combine_error(key, leaves, kind.verb, error) from error
         else:
-            if not all(type(item) in _NON_TENSOR for item in leaves):
-                raise _combine_error(key, leaves, "stack", TypeError())
-            result[key] = combine_non_tensor(leaves, lambda grids: torch.stack(grids, dim))
+            _combine_entry(result, key, leaf, leaves, dim, n_batch, new_batch, out, kind)
     return result
+
+
+def _combine_entry(result: dict, key: str, leaf: Any, leaves: list, dim: int, n_batch: int,
+                   new_batch: torch.Size, out: Optional[dict], kind: _Combine) -> None:
+    """One entry that is not a plain tensor combined into a new result: a tensor subclass, a tensor
+    written into ``out``, a nested collection or a non-tensor leaf."""
+    if isinstance(leaf, _Tensor):
+        try:
+            target = out.get(key) if out is not None else None
+            if isinstance(target, _Tensor):
+                kind.torch_fn(leaves, dim, out=target)
+            else:
+                result[key] = kind.torch_fn(leaves, dim)
+        except (RuntimeError, TypeError) as error:
+            raise _combine_error(key, leaves, kind.verb, error) from error
+    elif isinstance(leaf, TensorCollection):
+        if not all(isinstance(item, TensorCollection) for item in leaves):
+            raise _combine_error(key, leaves, kind.verb, TypeError())
+        inners = [unwrap(item) for item in leaves]
+        inner_batch = new_batch + kind.nested_extra(inners, key, n_batch)
+        storages = [item._tensordict for item in inners]
+        if not _same_sizes(storages):
+            raise kind.keys_error(storages)
+        collection = out.get(key) if out is not None else None
+        if isinstance(collection, TensorCollection):
+            _combine_storage(storages, dim, n_batch, inner_batch, unwrap(collection)._tensordict, kind)
+        else:
+            storage = _combine_storage(storages, dim, n_batch, inner_batch, None, kind)
+            result[key] = rewrap(leaf, inners[0]._new_unsafe(storage, inner_batch, _merged_device(inners)))
+    else:
+        if not all(type(item) in _NON_TENSOR for item in leaves):
+            raise _combine_error(key, leaves, kind.verb, TypeError())
+        result[key] = kind.non_tensor(leaves, dim)
+
+
+def _stacked_extra(inners: list, key: str, n_batch: int) -> torch.Size:
+    """Sub-TensorDicts to stack must have the same batch size."""
+    batch = inners[0]._batch_size
+    for position, inner in enumerate(inners):
+        if inner._batch_size != batch:
+            raise _incongruent_error(inners, position)
+    return batch[n_batch:]
+
+
+def _concatenated_extra(inners: list, key: str, n_batch: int) -> torch.Size:
+    """Sub-TensorDicts to concatenate must agree on their dims beyond the parent's batch."""
+    extra = inners[0]._batch_size[n_batch:]
+    for inner in inners:
+        if inner._batch_size[n_batch:] != extra:
+            raise RuntimeError(
+                f"cannot cat the sub-tensordicts at key {key!r}: their batch sizes "
+                f"{[item._batch_size for item in inners]} differ beyond the parent's batch dims"
+            )
+    return extra
 
 
 def _incongruent_error(tds: Sequence[Any], position: int) -> RuntimeError:
@@ -179,6 +226,7 @@ def _collect(tds: Sequence[Any], verb: str) -> tuple:
         inners = list(tds)
     else:
         inners, storages = [], []
+        storage: Any
         for td in tds:
             storage = getattr(td, "_tensordict", None)
             if type(storage) is not dict:
@@ -228,9 +276,9 @@ def stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
             raise RuntimeError(
                 f"the out tensordict has batch size {out_inner._batch_size}, expected {new_batch} for the stack"
             )
-        _stack_storage(storages, dim, n_batch, new_batch, out_inner._tensordict)
+        _combine_storage(storages, dim, n_batch, new_batch, out_inner._tensordict, _STACK)
         return out
-    storage = _stack_storage(storages, dim, n_batch, new_batch, None)
+    storage = _combine_storage(storages, dim, n_batch, new_batch, None, _STACK)
     device = first_inner._device
     if device is None:
         device = _merged_device(inners)
@@ -254,50 +302,6 @@ def _cat_keys_error(storages: list) -> KeyError:
     return KeyError("all tensordicts must have the same keys")
 
 
-def _cat_storage(storages: list, dim: int, n_batch: int, new_batch: torch.Size, out: Optional[dict]) -> dict:
-    """Concatenate key by key; the caller has checked that every storage has as many keys as the first."""
-    result: dict = {} if out is None else out
-    for key, leaf in storages[0].items():
-        try:
-            leaves = [storage[key] for storage in storages]
-        except KeyError:
-            raise _cat_keys_error(storages) from None
-        if isinstance(leaf, _Tensor):
-            try:
-                if out is not None and isinstance(out.get(key), _Tensor):
-                    torch.cat(leaves, dim, out=out[key])
-                    continue
-                result[key] = torch.cat(leaves, dim)
-            except (RuntimeError, TypeError) as error:
-                raise _combine_error(key, leaves, "cat", error) from error
-        elif isinstance(leaf, TensorCollection):
-            if not all(isinstance(item, TensorCollection) for item in leaves):
-                raise _combine_error(key, leaves, "cat", TypeError())
-            inners = [unwrap(item) for item in leaves]
-            extra = inners[0]._batch_size[n_batch:]
-            for inner in inners:
-                if inner._batch_size[n_batch:] != extra:
-                    raise RuntimeError(
-                        f"cannot cat the sub-tensordicts at key {key!r}: their batch sizes "
-                        f"{[item._batch_size for item in inners]} differ beyond the parent's batch dims"
-                    )
-            cat_batch = new_batch + extra
-            if not _same_sizes([item._tensordict for item in inners]):
-                raise _cat_keys_error([item._tensordict for item in inners])
-            target = out.get(key) if out is not None else None
-            if isinstance(target, TensorCollection):
-                _cat_storage([item._tensordict for item in inners], dim, n_batch, cat_batch,
-                             unwrap(target)._tensordict)
-                continue
-            storage = _cat_storage([item._tensordict for item in inners], dim, n_batch, cat_batch, None)
-            result[key] = rewrap(leaf, inners[0]._new_unsafe(storage, cat_batch, _merged_device(inners)))
-        else:
-            if not all(type(item) in _NON_TENSOR for item in leaves):
-                raise _combine_error(key, leaves, "cat", TypeError())
-            result[key] = _cat_non_tensor(leaves, dim)
-    return result
-
-
 def _cat_non_tensor(leaves: list, dim: int) -> Any:
     """One shared value stays a NonTensorData (as upstream); otherwise a NonTensorStack."""
     first = leaves[0]
@@ -307,6 +311,11 @@ def _cat_non_tensor(leaves: list, dim: int) -> Any:
         sizes[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
         return NonTensorData(first.data, sizes, first.device)
     return combine_non_tensor(leaves, lambda grids: torch.cat(grids, dim))
+
+
+_STACK = _Combine("stack", torch.stack, lambda storages: _exclusive_keys_error(), _stacked_extra,
+                  lambda leaves, dim: combine_non_tensor(leaves, lambda grids: torch.stack(grids, dim)))
+_CAT = _Combine("cat", torch.cat, _cat_keys_error, _concatenated_extra, _cat_non_tensor)
 
 
 def cat(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
@@ -348,9 +357,9 @@ def cat(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
             raise RuntimeError(
                 f"the out tensordict has batch size {out_inner._batch_size}, expected {new_batch} for the cat"
             )
-        _cat_storage(storages, dim, n_batch, new_batch, out_inner._tensordict)
+        _combine_storage(storages, dim, n_batch, new_batch, out_inner._tensordict, _CAT)
         return out
-    storage = _cat_storage(storages, dim, n_batch, new_batch, None)
+    storage = _combine_storage(storages, dim, n_batch, new_batch, None, _CAT)
     device = first_inner._device
     if device is None:
         device = _merged_device(inners)

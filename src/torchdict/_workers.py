@@ -23,8 +23,9 @@ import traceback
 from collections import deque
 from typing import Any, Callable, Optional
 
-from ._channel import Link
+from ._apply import unwrap
 from ._base import TensorCollection
+from ._channel import Link
 from ._chunks import plain_leaves
 from ._gather import fits, skeleton_of, slot_writer, structure_of, write_slot
 from ._sharing import for_transport, prefault, tensor_leaves
@@ -111,7 +112,7 @@ class ChunkRunner:
                 on_chunk(chunk)
             piece = plan.view(source, chunk)
             if job.lock_views:
-                piece._lock_tree()
+                unwrap(piece)._lock_tree()
             outcomes.append(self._place(chunk, fn(piece)))
         return outcomes
 
@@ -131,10 +132,10 @@ class ChunkRunner:
             return WRITTEN
         if job.user_out:
             raise RuntimeError(
-                f"map: the result of chunk {chunk} does not fit its place in out: out has batch size "
-                f"{tuple(self.out.batch_size)} and the structure {self.out_structure}, the result is "
-                f"{_describe(result)}. With out=, fn must return, for each chunk, a tensordict with the "
-                "chunk's length along dim and out's keys, dtypes and shapes."
+                f"map: the result of chunk {chunk} does not fit its place in out: out is "
+                f"{_describe(self.out)}, the result is {_describe(result)}. With out=, fn must return, "
+                f"for each chunk, a tensordict with the chunk's length along dim ({stop - start}) and out's "
+                "keys, dtypes and shapes."
             )
         return ("s", for_transport(result) if isinstance(result, TensorCollection) else result)
 
@@ -150,9 +151,15 @@ def fits_some_output(result: Any, dim: int, length: int, unbound: bool) -> bool:
 
 
 def _describe(result: Any) -> str:
-    if isinstance(result, TensorCollection):
-        return f"a {type(result).__name__} with batch size {tuple(result.batch_size)}"
-    return f"a {type(result).__name__}"
+    if not isinstance(result, TensorCollection):
+        return f"a {type(result).__name__}"
+    leaves = {}
+    for key, leaf in unwrap(result).items(True, True):
+        if hasattr(leaf, "dtype"):
+            leaves[key] = f"{str(leaf.dtype).replace('torch.', '')}{list(leaf.shape)}"
+        else:
+            leaves[key] = type(leaf).__name__
+    return f"a {type(result).__name__} with batch size {list(result.batch_size)} and leaves {leaves}"
 
 
 def seed_worker(seed: int) -> None:
@@ -192,6 +199,28 @@ def _exit_now() -> None:
     os._exit(0)
 
 
+def _die_with_parent(parent_pid: int) -> None:
+    """On Linux, have the kernel kill us if the parent dies, even while ``fn`` runs.
+
+    Without it a worker notices only between tasks (its pipe reads end-of-file,
+    or its parent id changes). The signal is tied to the parent *thread* that
+    started us; a pool started by a thread that then exits sees its workers die,
+    and reports it on its next use.
+    """
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent_pid:
+        _exit_now()  # the parent died before we got here
+
+
 def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Optional[Job],
                 inherited_fds: tuple = ()) -> None:
     """Entry point of a worker process: serve tasks until told to stop or the parent is gone.
@@ -209,6 +238,7 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
             os.close(fd)
         except OSError:
             pass
+    _die_with_parent(parent_pid)
     # Ctrl-C reaches the whole process group: the parent handles it and stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(threads)

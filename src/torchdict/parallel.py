@@ -21,9 +21,16 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from ._pool import RemoteTraceback, WorkerError, WorkerPool
-
 __all__ = ["ParallelMixin", "WorkerPool", "WorkerError", "RemoteTraceback"]
+
+
+def __getattr__(name: str) -> Any:
+    # The process machinery is imported on first use: ``import torchdict`` stays cheap.
+    if name in ("WorkerPool", "WorkerError", "RemoteTraceback"):
+        from . import _pool
+
+        return getattr(_pool, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ParallelMixin:
@@ -118,6 +125,8 @@ def _progress(enabled: bool, total: int) -> Any:
 
 
 def _check_common(fn: Any, pool: Any, worker_threads: Any, max_tasks_per_child: Any) -> None:
+    from ._pool import WorkerPool
+
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}.")
     if pool is not None and not isinstance(pool, WorkerPool):
@@ -163,28 +172,34 @@ def run_map(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, chun
             mp_start_method: Any, out: Any) -> Any:
     from ._base import TensorCollection
     from ._chunks import group_tasks
-    from ._pool import Execution, resolve_num_workers
+    from ._pool import Execution, WorkerPool, resolve_num_workers
     from ._sharing import for_transport, is_on_disk, share_in_place
     from ._workers import MAP, ChunkRunner, Job
 
     _check_common(fn, pool, worker_threads, max_tasks_per_child)
     workers = pool.num_workers if pool is not None else resolve_num_workers(num_workers)
     plan = _plan(td, dim, workers, chunksize, num_chunks)
-    if out is not None and not isinstance(out, TensorCollection):
-        raise TypeError(f"out must be a TensorDict (or tensorclass), got {type(out).__name__}.")
+    if out is not None:
+        if not isinstance(out, TensorCollection):
+            raise TypeError(f"out must be a TensorDict (or tensorclass), got {type(out).__name__}.")
+        if len(out.batch_size) <= plan.dim or out.batch_size[plan.dim] != plan.length:
+            raise ValueError(
+                f"out must hold the gathered result: {plan.length} elements along dim {plan.dim}, "
+                f"got batch size {list(out.batch_size)}."
+            )
     if plan.num_chunks == 0:
         return out
     progress = _progress(pbar, plan.num_chunks)
     on_disk = is_on_disk(td)
-    output: dict = {"value": out, "directory": None}
+    output = [out]  # the TensorDict the workers write into, once known
 
     def allocate(skeleton: Any) -> Any:
+        """The shared output, shaped after the first result (memory-mapped when the input is)."""
         from ._gather import allocate_output
 
         directory = _temporary_output_directory() if on_disk else None
-        output["directory"] = directory
-        output["value"] = _remove_with(allocate_output(skeleton, plan.dim, plan.length, directory), directory)
-        return output["value"]
+        output[0] = _remove_with(allocate_output(skeleton, plan.dim, plan.length, directory), directory)
+        return output[0]
 
     outcomes: list = []
     try:
@@ -210,7 +225,7 @@ def run_map(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, chun
                 execution = Execution(pool, job, tasks, chunks_per_worker=max_tasks_per_child)
                 for event in execution.events():
                     if event[0] == "structure":
-                        if output["value"] is None:
+                        if output[0] is None:
                             job.out = for_transport(allocate(event[1]))
                             execution.broadcast(("output", job.out))
                         continue
@@ -227,7 +242,7 @@ def run_map(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, chun
                 pool._end_job(execution.workers)
     finally:
         progress.close()
-    return _finish(outcomes, plan, output["value"], out is not None, on_disk)
+    return _finish(outcomes, plan, output[0], out is not None, on_disk)
 
 
 def _finish(outcomes: list, plan: Any, output: Any, user_out: bool, on_disk: bool) -> Any:
@@ -277,7 +292,7 @@ def run_map_iter(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *,
 
 def _iterate(td: Any, fn: Callable, plan: Any, workers: int, pool: Any, generator: Any, max_tasks_per_child: Any,
              worker_threads: int, mp_start_method: Any, prefetch: Optional[int], progress: Any) -> Iterator[Any]:
-    from ._pool import Execution
+    from ._pool import Execution, WorkerPool
     from ._sharing import for_transport, share_in_place
     from ._workers import ITER, ChunkRunner, Job
 
