@@ -26,7 +26,8 @@ def nested_source() -> dict:
     """31 leaves per level and a ``"sub"`` dict below, three levels: 93 leaves."""
     level: dict = {}
     for _ in range(LEVELS):
-        level = {**{f"x{i}": torch.randn(BATCH, FEATURES) for i in range(PER_LEVEL)}, **({"sub": level} if level else {})}
+        leaves = {f"x{i}": torch.randn(BATCH, FEATURES) for i in range(PER_LEVEL)}
+        level = {**leaves, "sub": level} if level else leaves
     return level
 
 
@@ -102,6 +103,10 @@ def _arithmetic_cases() -> list:
         td = _td(lib, source)
         return lambda: td + 1
 
+    def floor_nested_plus_one(source):
+        walk = leafwise(_plus_one)
+        return lambda: walk(source)
+
     def equal(lib, source):
         td = _td(lib, source)
         other = _td(lib, {key: value.clone() for key, value in source.items()})
@@ -135,8 +140,7 @@ def _arithmetic_cases() -> list:
         Case("td + td", setup=flat_source, impls={**for_libraries(plus_td), FLOOR: floor_plus_td},
              target="<= 1.1x floor"),
         Case("td + 1 (93 nested leaves)", setup=nested_source,
-             impls={**for_libraries(nested_plus_one), FLOOR: lambda source: (lambda walk: lambda: walk(source))(
-                 leafwise(_plus_one))}),
+             impls={**for_libraries(nested_plus_one), FLOOR: floor_nested_plus_one}),
         Case("td == td", setup=flat_source, impls={**for_libraries(equal), FLOOR: floor_equal}),
         Case("td * (16,) row tensor", setup=flat_source, impls={**for_libraries(scale_rows), FLOOR: floor_scale_rows},
              note="The row tensor broadcast from the left over the batch dim; upstream's result is its own."),

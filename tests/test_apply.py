@@ -116,7 +116,8 @@ def test_others_are_paired_by_key():
     td = make_td()
     other = td.apply(lambda x: x + 10)
     result = td.apply(lambda x, y: y - x, other)
-    assert torch.equal(result["a"], torch.full((3, 2), 10.0)) and torch.equal(result["sub", "b"], torch.full((3, 4), 10.0))
+    assert torch.equal(result["a"], torch.full((3, 2), 10.0))
+    assert torch.equal(result["sub", "b"], torch.full((3, 4), 10.0))
     reordered = TensorDict({key: other[key] for key in reversed(list(other.keys()))}, batch_size=[3])
     assert torch.equal(td.apply(lambda x, y: y - x, reordered)["i"], torch.full((3,), 10))
 

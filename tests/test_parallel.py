@@ -526,3 +526,15 @@ def test_docstring_examples_run():
     for module in (torchdict.parallel, torchdict._pool, torchdict._chunks):
         failures, attempted = doctest.testmod(module, extraglobs={"torch": torch, "TensorDict": TensorDict})
         assert failures == 0 and attempted > 0, module.__name__
+
+
+@pytest.mark.slow
+def test_seed_example_script_runs():
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = {**os.environ, "PYTHONPATH": os.path.join(root, "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    completed = subprocess.run([sys.executable, os.path.join(root, "examples", "preprocess_map.py"), "--size", "40",
+                                "--workers", "2"], capture_output=True, text=True, env=environment, timeout=120)
+    assert completed.returncode == 0, completed.stderr
+    assert "preprocessed 40 images in place with 2 workers" in completed.stdout

@@ -299,12 +299,15 @@ class _ApplyRun:
                 and _plain_results_fit(results, n_batch, batch_size[0] if n_batch else 0, on_cpu))
         if keys is storage and fits:
             return dict(zip(storage, results))
-        # Keep the storage's key order: every key first, then the values.
-        result: dict = dict.fromkeys(storage)
         dropped = []
-        if fits:
+        if fits and not any(is_tensor[len(leaves):]):
+            # The tensors come first (sub-TensorDicts are usually added last): the order holds.
+            result: dict = dict(zip(keys, results))
+        elif fits:
+            result = dict.fromkeys(storage)  # every key first, to keep the storage's order
             result.update(zip(keys, results))
         else:
+            result = dict.fromkeys(storage)
             for key, value in zip(keys, results):
                 if value is None:
                     self.dropped = True
@@ -347,14 +350,19 @@ class _ApplyRun:
                     return DROP
                 return DROP if self.inplace else self._checked(value, name, batch_size, len(batch_size))
             inner = unwrap(leaf)
-            inner_batch = batch_size + inner._batch_size[len(td._batch_size):]
-            inner_others = [self._inner_storage(item, prefix + (key,)) for item in other_leaves]
-            inner_storage = self.storage(inner, inner_others, inner_batch, prefix + (key,))
+            if batch_size is td._batch_size:
+                inner_batch = inner._batch_size
+            else:
+                inner_batch = batch_size + inner._batch_size[len(td._batch_size):]
+            path = prefix + (key,)
+            inner_others = [self._inner_storage(item, path) for item in other_leaves] if other_leaves else other_leaves
+            inner_storage = self.storage(inner, inner_others, inner_batch, path)
             if self.inplace:
                 return DROP
             if not inner_storage and self.filter_empty is not False and inner._tensordict:
                 return DROP  # everything in it was dropped
-            return rewrap(leaf, inner._new_unsafe(inner_storage, inner_batch, self.device))
+            names = inner._names if inner_batch is inner._batch_size else None
+            return rewrap(leaf, inner._new_unsafe(inner_storage, inner_batch, self.device, names))
         if self.inplace:
             return DROP
         # Non-tensor data is passed through without calling fn.

@@ -114,16 +114,8 @@ class TensorDict(
             )
         batch_size = parse_batch_size(batch_size)
         device = parse_device(device)
-        self._tensordict = {}
-        self._batch_size = batch_size
-        self._device = device
-        self._names = None
-        self._is_locked = False
-        self._lock_parents = 0
-        self._cm = None
-        self._is_memmap = False
-        self._saved_path = None
-        storage = self._tensordict
+        storage: dict = {}
+        self._init_state(storage, batch_size, device, None)
         n_batch = len(batch_size)
         non_blocking = bool(non_blocking)
         for key, value in source.items():
@@ -157,16 +149,20 @@ class TensorDict(
         valid leaves for ``batch_size`` and ``device``.
         """
         td = object.__new__(cls)
-        td._tensordict = source
-        td._batch_size = batch_size
-        td._device = device
-        td._names = names
-        td._is_locked = False
-        td._lock_parents = 0
-        td._cm = None
-        td._is_memmap = False
-        td._saved_path = None
+        td._init_state(source, batch_size, device, names)
         return td
+
+    def _init_state(self, storage: dict, batch_size: torch.Size, device: Optional[torch.device],
+                    names: Optional[list]) -> None:
+        self._tensordict = storage
+        self._batch_size = batch_size
+        self._device = device
+        self._names = names
+        self._is_locked = False
+        self._lock_parents = 0
+        self._cm = None
+        self._is_memmap = False
+        self._saved_path = None
 
     def _new_like(self, source: dict, batch_size: Optional[torch.Size] = None) -> "TensorDict":
         """An unlocked TensorDict with this one's class, device (and names when the batch is kept)."""
