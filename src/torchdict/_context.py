@@ -203,10 +203,16 @@ _REMOVED: Any = object()  # data of the placeholder standing for a deleted entry
 _WHOLE = "\x00torchdict:whole-entry-removed"  # key of the placeholder marking a deleted sub-collection
 
 
-def _empty(template: Any) -> Any:
-    from .tensordict import TensorDict
+_new_td: Any = None  # TensorDict._new_unsafe, bound on first use (tensordict.py imports this module)
 
-    return TensorDict._new_unsafe({}, template._batch_size, template._device)
+
+def _empty(template: Any) -> Any:
+    global _new_td
+    if _new_td is None:
+        from .tensordict import TensorDict
+
+        _new_td = TensorDict._new_unsafe
+    return _new_td({}, template._batch_size, template._device)
 
 
 class _Changes:
@@ -430,41 +436,76 @@ def _place(result: Any, parent: Any, path: tuple, value: Any) -> None:
     td._tensordict[path[-1]] = value
 
 
+def _split_path(storage: dict, flat_key: str, separator: str, is_leaf: Callable[[type], bool],
+                existing_only: bool) -> Optional[tuple]:
+    """The parent's path that ``flatten_keys`` names ``flat_key``.
+
+    The key is split only where the parent really has a sub-TensorDict, so parent keys that
+    contain the separator are found. With ``existing_only`` the path must end on an existing
+    leaf (else None); otherwise, once no sub-TensorDict matches, the rest is split on every
+    separator (a new key, as ``td[tuple(flat_key.split(separator))] = value`` would make it).
+    """
+    value = storage.get(flat_key, _MISSING)
+    if value is not _MISSING and is_leaf(type(value)):
+        return (flat_key,)
+    start = flat_key.find(separator) if separator else -1
+    while start >= 0:
+        head = flat_key[:start]
+        inner = storage.get(head)
+        if isinstance(inner, TensorCollection) and not is_leaf(type(inner)):
+            rest = _split_path(_unwrap(inner)._tensordict, flat_key[start + len(separator):], separator, is_leaf,
+                               existing_only)
+            if rest is not None:
+                return (head,) + rest
+        start = flat_key.find(separator, start + 1)
+    if existing_only:
+        return None
+    return tuple(flat_key.split(separator)) if separator else (flat_key,)
+
+
 def undo_flatten_keys(td: Any, parent: Any, separator: str = ".", inplace: bool = False,
                       is_leaf: Optional[Callable[[type], bool]] = None) -> Any:
     """Nest the flat keys again, following the parent's own keys (which may contain ``separator``)."""
-    from ._views import iter_items
-
-    index = {}
-    for key, _ in iter_items(parent._tensordict, True, True, is_leaf or _is_not_collection):
-        path = key if isinstance(key, tuple) else (key,)
-        index[separator.join(path)] = path
+    is_leaf = is_leaf or _is_not_collection
+    storage = parent._tensordict
     result = _empty(parent)
     for flat_key, value in td._tensordict.items():
-        path = index.get(flat_key)
+        path = _split_path(storage, flat_key, separator, is_leaf, True)
         if path is None:
-            path = tuple(flat_key.split(separator))
+            path = _split_path(storage, flat_key, separator, is_leaf, False)
         _place(result, parent, path, value)
     return result
 
 
-def _unflattened_paths(parent: Any, separator: str, child_prefix: tuple, parent_prefix: tuple,
-                       leaves: dict, containers: dict) -> None:
-    for key, value in parent._tensordict.items():
-        child_path = child_prefix + tuple(key.split(separator))
-        parent_path = parent_prefix + (key,)
-        if isinstance(value, TensorCollection):
-            containers[child_path] = parent_path
-            _unflattened_paths(_unwrap(value), separator, child_path, parent_path, leaves, containers)
-        else:
-            leaves[child_path] = parent_path
+def _joined_path(storage: dict, parts: tuple, separator: str, existing_only: bool) -> Optional[tuple]:
+    """The parent's path that ``unflatten_keys`` splits into ``parts``.
+
+    Runs of ``parts`` are joined with the separator into the parent's keys, descending only
+    into sub-TensorDicts the parent really has. With ``existing_only`` the path must end on an
+    existing leaf (else None); otherwise the parts left once no sub-TensorDict matches are
+    joined into one new key.
+    """
+    last = len(parts)
+    for cut in range(1, last + 1):
+        key = separator.join(parts[:cut]) if cut > 1 else parts[0]
+        value = storage.get(key, _MISSING)
+        if value is _MISSING:
+            continue
+        if cut == last:
+            if not isinstance(value, TensorCollection):
+                return (key,)
+        elif isinstance(value, TensorCollection):
+            rest = _joined_path(_unwrap(value)._tensordict, parts[cut:], separator, existing_only)
+            if rest is not None:
+                return (key,) + rest
+    if existing_only:
+        return None
+    return (separator.join(parts),)
 
 
 def undo_unflatten_keys(td: Any, parent: Any, separator: str = ".", inplace: bool = False) -> Any:
     """Join nested keys with ``separator`` again, keeping the sub-TensorDicts the parent really has."""
-    leaves: dict = {}
-    containers: dict = {}
-    _unflattened_paths(parent, separator, (), (), leaves, containers)
+    storage = parent._tensordict
     result = _empty(parent)
 
     def walk(node: Any, child_prefix: tuple) -> None:
@@ -473,15 +514,9 @@ def undo_unflatten_keys(td: Any, parent: Any, separator: str = ".", inplace: boo
             if isinstance(value, TensorCollection):
                 walk(_unwrap(value), child_path)
                 continue
-            path = leaves.get(child_path)
+            path = _joined_path(storage, child_path, separator, True)
             if path is None:
-                # A new key: inside the deepest sub-TensorDict the parent has on its way, joined below it.
-                path = (separator.join(child_path),)
-                for split in range(len(child_path) - 1, 0, -1):
-                    holder = containers.get(child_path[:split])
-                    if holder is not None:
-                        path = holder + (separator.join(child_path[split:]),)
-                        break
+                path = _joined_path(storage, child_path, separator, False)
             _place(result, parent, path, value)
 
     walk(td, ())
@@ -503,10 +538,10 @@ def _like_parent(td: Any, parent: Any, leaf_fn: Callable[[torch.Tensor, Any], to
             storage[key] = rewrap(value, _like_parent(_unwrap(value), inner_parent, leaf_fn))
         else:
             storage[key] = value
-    device = parent._device if parent is not None else td._device
-    from .tensordict import TensorDict
-
-    return TensorDict._new_unsafe(storage, td._batch_size, device)
+    result = _empty(td)
+    result._tensordict = storage
+    result._device = parent._device if parent is not None else td._device
+    return result
 
 
 def _home_device(parent: Any) -> Any:
