@@ -54,6 +54,10 @@ def _unflatten(flat: dict) -> dict:
     return root
 
 
+def _copy_tree(tree: dict) -> dict:
+    return {key: _copy_tree(value) if isinstance(value, dict) else value for key, value in tree.items()}
+
+
 def _update(target: dict, source: dict) -> None:
     for key, value in source.items():
         if isinstance(value, dict):
@@ -85,7 +89,7 @@ def _flatten_keys_cases() -> list[Case]:
         return run
 
     def by_hand_plain(source):
-        tree = {key: value for key, value in source.items()}
+        tree = _copy_tree(source)  # its own dicts: the job rewrites them
 
         def run():
             flat = _flatten(tree)

@@ -357,6 +357,27 @@ def test_to_dtype_casts_each_leaf_back_to_its_own_dtype() -> None:
     assert td["new"].dtype == torch.float64  # a new key keeps the dtype it was given
 
 
+def test_dtype_and_device_shortcuts_write_back_like_to() -> None:
+    td = TensorDict({"a": torch.zeros(2)}, batch_size=[2])
+    with td.double() as wide:
+        assert wide["a"].dtype == torch.float64
+        wide["a"] += 1
+    with td.cpu() as moved:
+        moved["b"] = torch.ones(2)
+    assert td["a"].dtype == torch.float32 and torch.equal(td["a"], torch.ones(2)) and "b" in td.keys()
+
+
+def test_new_keys_follow_parent_keys_that_contain_the_separator() -> None:
+    td = TensorDict({"x.y": {"z": torch.zeros(())}, "r": {"p.q": torch.zeros(())}})
+    with td.flatten_keys() as flat:
+        flat["x.y.new"] = torch.ones(())
+    assert set(td["x.y"].keys()) == {"z", "new"}
+    with td.unflatten_keys() as nested:
+        nested["r", "p", "new"] = torch.ones(())
+        nested["x", "y", "other"] = torch.ones(())
+    assert set(td["r"].keys()) == {"p.q", "p.new"} and set(td["x.y"].keys()) == {"z", "new", "other"}
+
+
 def test_view_dtype_reinterprets_back() -> None:
     td = TensorDict({"x": torch.zeros(2, 3), "n": {"y": torch.ones(2, 3)}}, batch_size=[2, 3])
     leaf = td["x"]
@@ -601,3 +622,14 @@ def test_doc_page_examples_run() -> None:
     namespace: dict = {}
     for block in blocks:
         exec(compile(block, str(page), "exec"), namespace)
+
+
+def test_objects_locked_at_creation_stay_locked_after_a_bare_with_block():
+    import pickle
+
+    created = [TensorDict(a=torch.zeros(2), lock=True), TensorDict(a=torch.zeros(2)).share_memory_(),
+               pickle.loads(pickle.dumps(TensorDict(a=torch.zeros(2), lock=True)))]
+    for td in created:
+        with td:
+            pass
+        assert td.is_locked

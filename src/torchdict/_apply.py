@@ -170,7 +170,7 @@ def apply(td: Any, fn: Callable, others: tuple, *, batch_size: Any = None, devic
     elif names is not _MISSING and names is not None:
         result.names = names
     if propagate_lock and td._is_locked:
-        result.lock_()
+        result._lock_tree()
     return result
 
 

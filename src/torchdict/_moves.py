@@ -56,7 +56,7 @@ def _map_leaves(td: Any, fn: Any, *, device: Any = None, keep_lock: bool = False
         kwargs = {} if device is None else {"device": device}
         result = rebuild(td, iter(results), td._batch_size, non_tensor=non_tensor, **kwargs)
     if keep_lock and td._is_locked:
-        result.lock_()
+        result._lock_tree()
     return result
 
 
@@ -101,6 +101,7 @@ def _parse_to(args: tuple, kwargs: dict) -> tuple:
     return device, dtype, bool(non_blocking), batch_size
 
 
+@write_back(undo_to)  # here rather than on the method: its already-there fast path stays free
 def to(td: Any, *args: Any, **kwargs: Any) -> Any:
     """``td`` moved/cast like ``Tensor.to``; ``td`` itself when nothing changes."""
     device, dtype, non_blocking, batch_size = _parse_to(args, kwargs)
@@ -128,7 +129,7 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
     else:
         result = rebuild(td, iter(results), td._batch_size)
     if td._is_locked:
-        result.lock_()
+        result._lock_tree()
     return result
 
 
@@ -147,7 +148,7 @@ def share_memory_(td: Any) -> Any:
     """Move every leaf to shared memory and lock ``td``; returns ``td``."""
     for leaf in tensor_leaves(td):
         leaf.share_memory_()
-    td.lock_()
+    td._lock_tree()
     return td
 
 
@@ -284,7 +285,6 @@ class MovesMixin:
         """True when every leaf is contiguous."""
         return all(leaf.is_contiguous() for leaf in tensor_leaves(self))
 
-    @write_back(undo_to)
     def to(self, *args: Any, **kwargs: Any) -> Any:
         """Move and/or cast every leaf, like ``Tensor.to``; returns self when nothing changes.
 

@@ -15,11 +15,13 @@ sub-TensorDicts like upstream) gives
 :class:`Packs` holds the buffers of a survey's packs plus a view of every small
 leaf's slot in them; they are cached by fingerprint, so sending or receiving the
 same structure again allocates nothing: filling or draining a pack is one
-``torch._foreach_copy_`` per dtype group.
+``torch._foreach_copy_`` per dtype group. :class:`OutgoingPayload` and
+:class:`IncomingPayload` list every message of a payload in wire order (packs,
+direct leaves, JSON), on the sending and on the receiving side.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence
 
 import torch
 
@@ -254,21 +256,31 @@ class Packs:
         cls._free.setdefault(self.key, []).append(self)
         cls._cached_bytes += self.nbytes
 
+    @classmethod
+    def filled(cls, survey: Survey, device: torch.device) -> "Packs":
+        """Borrowed buffers holding a copy of the small leaves, ready to send or reduce."""
+        packs = cls.borrow(survey, device)
+        packs.fill(survey)
+        return packs
+
     def fill(self, survey: Survey) -> None:
         """Copy the small leaves into the buffers (one ``_foreach_copy_`` per dtype group)."""
-        leaves = survey.leaves
         with torch.no_grad():
-            for (_, groups), slots in zip(survey.packs, self.slots):
-                for (_, indices, _, _), views in zip(groups, slots):
-                    torch._foreach_copy_(views, [leaves[i][1] for i in indices])
+            for views, values in self._dtype_groups(survey):
+                torch._foreach_copy_(views, values)
 
     def drain(self, survey: Survey) -> None:
         """Copy the buffers into the small leaves, in place."""
-        leaves = survey.leaves
         with torch.no_grad():
-            for (_, groups), slots in zip(survey.packs, self.slots):
-                for (_, indices, _, _), views in zip(groups, slots):
-                    torch._foreach_copy_([leaves[i][1] for i in indices], views)
+            for views, values in self._dtype_groups(survey):
+                torch._foreach_copy_(values, views)
+
+    def _dtype_groups(self, survey: Survey) -> Iterator[tuple]:
+        """``(slot views, leaf values)`` of every dtype group of every pack."""
+        leaves = survey.leaves
+        for (_, groups), slots in zip(survey.packs, self.slots):
+            for (_, indices, _, _), views in zip(groups, slots):
+                yield views, [leaves[i][1] for i in indices]
 
     def typed(self, pack_index: int, group: tuple) -> _Tensor:
         """The flat slice of a dtype group, viewed as its dtype (what all_reduce reduces)."""
@@ -319,6 +331,84 @@ def expanded_leaf(leaves: list, indices: Sequence[int]) -> Optional[str]:
                 "into it in place; clone it first."
             )
     return None
+
+
+# --------------------------------------------------------------------- a whole payload
+class OutgoingPayload:
+    """Every message of a payload, in wire order: the packs, the direct leaves, the JSON.
+
+    The small leaves are copied into the packs at construction, so the caller may
+    modify them while an asynchronous send runs; direct leaves are sent from their
+    own memory. :meth:`release` gives the pack buffers back once the sends are done.
+
+    Example::
+
+        >>> from torchdict import TensorDict
+        >>> td = TensorDict(a=torch.ones(2), b=torch.zeros(3, dtype=torch.int64), note="hi")
+        >>> survey = Survey(walk(td))
+        >>> json_bytes = encode_non_tensor(survey.leaves, survey.non_tensor)
+        >>> json_bytes
+        b'[[0,"hi"]]'
+        >>> payload = OutgoingPayload(survey, json_bytes, torch.device("cpu"))
+        >>> [buffer.numel() for buffer in payload.buffers]  # one pack: two dtype groups of 64 aligned bytes
+        [128, 10]
+        >>> payload.release()
+    """
+
+    __slots__ = ("survey", "packs", "buffers", "json_nbytes")
+
+    def __init__(self, survey: Survey, json_bytes: bytes, device: torch.device) -> None:
+        self.survey = survey
+        self.packs = Packs.filled(survey, device)
+        self.buffers = self.packs.buffers + [send_view(survey.leaves[i][1], device) for i in survey.direct]
+        self.json_nbytes = len(json_bytes)
+        if json_bytes:
+            self.buffers.append(bytes_to_tensor(json_bytes, device))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(buffer.numel() for buffer in self.buffers)
+
+    def release(self) -> None:
+        self.packs.release()
+
+
+class IncomingPayload:
+    """Where each message of a payload is received, in wire order (``targets``).
+
+    Packed leaves land in borrowed pack buffers, direct leaves in their own memory
+    when it can be written in place (else in scratch, copied back), the JSON in a
+    byte buffer. :meth:`unpack` writes it all into the leaves once every receive
+    is complete.
+    """
+
+    __slots__ = ("survey", "packs", "targets", "copy_backs", "json_buffer")
+
+    def __init__(self, survey: Survey, json_nbytes: int, device: torch.device) -> None:
+        self.survey = survey
+        self.packs = Packs.borrow(survey, device)
+        self.targets = list(self.packs.buffers)
+        self.copy_backs: list = []
+        for index in survey.direct:
+            target, copy_back = recv_target(survey.leaves[index][1], device)
+            self.targets.append(target)
+            if copy_back is not None:
+                self.copy_backs.append(copy_back)
+        self.json_buffer: Optional[_Tensor] = None
+        if json_nbytes:
+            self.json_buffer = torch.empty(json_nbytes, dtype=torch.uint8, device=device)
+            self.targets.append(self.json_buffer)
+
+    def unpack(self) -> None:
+        """Write what arrived into the leaves: packed leaves, copied-back direct leaves, non-tensor values."""
+        survey, packs = self.survey, self.packs
+        packs.drain(survey)
+        packs.release()  # only after a complete receive: a late message could still land in a failed one
+        for copy_back in self.copy_backs:
+            copy_back()
+        if survey.non_tensor:
+            raw = tensor_to_bytes(self.json_buffer) if self.json_buffer is not None else b""
+            set_non_tensor(survey.leaves, survey.non_tensor, decode_non_tensor(raw))
 
 
 # --------------------------------------------------------------------- non-tensor values

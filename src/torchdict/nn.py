@@ -104,7 +104,7 @@ def from_module(cls: Any, module: nn.Module, as_module: bool = False, lock: bool
     if as_module:
         return TensorDictParams(result, no_convert=True, lock=lock)
     if lock:
-        result.lock_()
+        result._lock_tree()
     return result
 
 
@@ -137,7 +137,7 @@ def from_modules(cls: Any, modules: tuple, as_module: bool = False, lock: bool =
     if as_module:
         return TensorDictParams(result, no_convert=True, lock=lock)
     if lock:
-        result.lock_()
+        result._lock_tree()
     return result
 
 
@@ -483,7 +483,7 @@ class TensorDictParams(nn.Module):
                 storage[name] = child._as_tensordict()
         td = self._td_class._new_unsafe(storage, self._td_batch_size, self._td_device)
         if self._td_lock:
-            td.lock_()
+            td._lock_tree()
         return td
 
     def __getitem__(self, key: Any) -> Any:

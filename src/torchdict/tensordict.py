@@ -133,7 +133,7 @@ class TensorDict(
         if names is not None:
             self.names = names
         if lock:
-            self.lock_()
+            self._lock_tree()
 
     @classmethod
     def _new_unsafe(
@@ -757,7 +757,7 @@ class TensorDict(
 def _rebuild(cls: type, storage: dict, batch_size: torch.Size, device: Any, names: Any, locked: bool) -> TensorDict:
     td = cls._new_unsafe(storage, batch_size, device, names)
     if locked:
-        td.lock_()
+        td._lock_tree()
     return td
 
 
