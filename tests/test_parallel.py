@@ -265,8 +265,12 @@ def test_fn_must_be_callable():
 
 def test_pbar_without_tqdm_says_so(monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)
+    td = make_td()
     with pytest.raises(ImportError, match="pbar=True draws a progress bar with tqdm"):
-        make_td().map(double_x, num_workers=0, pbar=True)
+        td.map(double_x, num_workers=0, pbar=True)
+    with pytest.raises(ImportError, match="pbar=True draws a progress bar with tqdm"):
+        td.map_iter(double_x, num_workers=0, pbar=True)  # at the call, not at the first iteration
+    assert not td["x"].is_shared()
 
 
 def test_pbar_shows_progress(capsys):
@@ -538,3 +542,66 @@ def test_seed_example_script_runs():
                                 "--workers", "2"], capture_output=True, text=True, env=environment, timeout=120)
     assert completed.returncode == 0, completed.stderr
     assert "preprocessed 40 images in place with 2 workers" in completed.stdout
+
+
+# ---------------------------------------------------------------------- the pipe between parent and workers
+def _link_pair():
+    from torchdict._channel import Link
+
+    left, right = multiprocessing.Pipe(duplex=True)
+    return Link(left), Link(right)
+
+
+def _sent_bytes(link, message):
+    """Send ``message`` and return how many bytes the pickle took (descriptors excluded)."""
+    sizes = []
+    original = link.conn.send_bytes
+    link.conn.send_bytes = lambda data: (sizes.append(len(data)), original(data))[1]
+    try:
+        link.send(message)
+    finally:
+        link.conn.send_bytes = original
+    return sizes[0]
+
+
+def test_shared_tensors_cross_the_pipe_as_descriptors_not_bytes():
+    sender, receiver = _link_pair()
+    td = TensorDict(x=torch.zeros(1_000_000), batch_size=[1_000_000])
+    td["x"].share_memory_()
+    assert _sent_bytes(sender, ("job", td)) < 2_000  # 4 MB of data, a few hundred bytes of message
+    _, received = receiver.receive()
+    received["x"][123] = 7.0  # the same pages
+    assert td["x"][123] == 7.0
+
+
+def test_memmapped_tensors_cross_the_pipe_as_file_names(tmp_path):
+    sender, receiver = _link_pair()
+    data, images, labels = make_dataset(tmp_path / "data", n=50)
+    assert _sent_bytes(sender, data) < 2_000
+    received = receiver.receive()
+    assert isinstance(received["images"], MemoryMappedTensor)
+    assert received["images"].filename == data["images"].filename
+    assert torch.equal(received["labels"], labels)
+
+
+def test_results_are_copied_once_into_lent_segments_that_are_reused_when_released():
+    import gc
+
+    sender, receiver = _link_pair()
+    sender.send(TensorDict(y=torch.arange(1000.0), batch_size=[1000]))
+    first = receiver.receive()
+    assert torch.equal(first["y"], torch.arange(1000.0))
+    assert len(sender.lent) == 1 and not sender.free
+    del first
+    gc.collect()
+    receiver.send(("task", 1, 0, 1))  # the next message back tells the sender the segment is free
+    sender.receive()
+    assert len(sender.free) == 1 and not sender.lent
+    sender.send(TensorDict(y=torch.ones(1000), batch_size=[1000]))
+    second = receiver.receive()
+    assert torch.equal(second["y"], torch.ones(1000))
+    assert len(sender.lent) == 1 and not sender.free  # the same segment, lent again
+    held = second  # a result still in use is never handed out again
+    receiver.send(("task", 2, 0, 1))
+    sender.receive()
+    assert len(sender.lent) == 1 and torch.equal(held["y"], torch.ones(1000))

@@ -76,6 +76,8 @@ class Link:
         bucket = self.free.get(nbytes)
         if bucket:
             segment_id, storage = bucket.pop()
+            if not bucket:
+                del self.free[nbytes]
         else:
             segment_id = self.next_segment
             self.next_segment += 1

@@ -110,10 +110,8 @@ class _NoProgress:
         pass
 
 
-def _progress(enabled: bool, total: int) -> Any:
-    """A tqdm bar over ``total`` chunks (tqdm is imported only when asked for)."""
-    if not enabled:
-        return _NoProgress()
+def _tqdm() -> Any:
+    """tqdm's bar class (imported only when a bar is asked for), or a clear ImportError."""
     try:
         from tqdm import tqdm
     except ImportError:
@@ -121,7 +119,12 @@ def _progress(enabled: bool, total: int) -> Any:
             "pbar=True draws a progress bar with tqdm, which is not installed: "
             "`pip install tqdm`, or call map/map_iter with pbar=False."
         ) from None
-    return tqdm(total=total, unit="chunk")
+    return tqdm
+
+
+def _progress(enabled: bool, total: int) -> Any:
+    """A tqdm bar over ``total`` chunks, or a stand-in that does nothing."""
+    return _tqdm()(total=total, unit="chunk") if enabled else _NoProgress()
 
 
 def _check_common(fn: Any, pool: Any, worker_threads: Any, max_tasks_per_child: Any) -> None:
@@ -285,17 +288,19 @@ def run_map_iter(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *,
     plan = _plan(td, dim, workers, chunksize, num_chunks)
     if shuffle:
         plan.permutation = torch.randperm(plan.length, generator=generator)
-    progress = _progress(pbar, plan.num_chunks)
+    if pbar:
+        _tqdm()  # fail now, not at the first iteration
     return _iterate(td, fn, plan, workers, pool, generator, max_tasks_per_child, worker_threads,
-                    mp_start_method, prefetch, progress)
+                    mp_start_method, prefetch, pbar)
 
 
 def _iterate(td: Any, fn: Callable, plan: Any, workers: int, pool: Any, generator: Any, max_tasks_per_child: Any,
-             worker_threads: int, mp_start_method: Any, prefetch: Optional[int], progress: Any) -> Iterator[Any]:
+             worker_threads: int, mp_start_method: Any, prefetch: Optional[int], pbar: bool) -> Iterator[Any]:
     from ._pool import Execution, WorkerPool
     from ._sharing import for_transport, share_in_place
     from ._workers import ITER, ChunkRunner, Job
 
+    progress = _progress(pbar, plan.num_chunks)
     try:
         if plan.num_chunks == 0:
             return

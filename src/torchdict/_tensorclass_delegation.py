@@ -1,0 +1,412 @@
+"""The TensorDict API of a tensorclass: delegation to its TensorDict and rewrapping the results.
+
+Every public TensorDict method, property and operator is installed on ``TensorClass``
+as a small function that calls the TensorDict's own and puts a result holding only
+fields back into the caller's class (:func:`rewrap_result`). :class:`TensorDictMethods`
+holds what needs more than that: batch indexing (the hot path of ``data[idx]``),
+fields used as keys (``get``/``set``/``update``), conversions, ``__torch_function__``,
+persistence (the instance itself is saved so the folder records its class), ``repr``,
+pickling and copies.
+
+>>> import torch
+>>> from torchdict import tensorclass
+>>> @tensorclass
+... class Point:
+...     xy: torch.Tensor
+>>> points = Point(torch.zeros(4, 2), batch_size=[4])
+>>> type(points.reshape(2, 2)).__name__, type(torch.stack([points, points])).__name__
+('Point', 'Point')
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from ._base import TensorCollection
+from ._indexing import index_tensordict as _index_tensordict
+from ._keys import key_to_tuple
+from ._tensorclass_fields import (NON_TENSOR, FieldStorage, guard_all, no_field_error, set_instance_dict, set_td,
+                                  to_field_leaf)
+from .saving import save_collection
+from .tensordict import TensorDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+_object_new = object.__new__
+
+# Methods whose TensorDict result is an entry (or a plain export), never the collection itself.
+_ENTRY_METHODS = frozenset({"get", "get_at", "pop", "popitem", "setdefault", "get_non_tensor", "to_dict",
+                            "to_tensordict", "_get_path", "keys", "values", "items"})
+
+_BINARY_OPERATORS = tuple(
+    f"__{prefix}{op}__" for op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and",
+                                   "or", "xor", "lshift", "rshift") for prefix in ("", "r", "i")
+) + ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+_UNARY_OPERATORS = ("__neg__", "__pos__", "__abs__", "__invert__", "__bool__", "__len__", "__contains__",
+                    "__enter__", "__exit__")
+
+
+# ---------------------------------------------------------------------------- errors
+def _keys_error(cls: type, extra: set) -> ValueError:
+    return ValueError(
+        f"Keys from the tensordict ({extra}) must correspond to the class attributes "
+        f"({set(cls._tc_field_names)}); {cls.__name__} has no field named {sorted(extra)}."
+    )
+
+
+def _field_index_error(index: Any) -> ValueError:
+    key = index if type(index) is str else index[0] if len(index) == 1 else index
+    return ValueError(
+        f"Invalid indexing arguments: {key!r}. A tensorclass is indexed along its batch dimensions; "
+        f"to read a field, use the attribute or get({key!r})."
+    )
+
+
+def _is_key_index(index: Any) -> bool:
+    return type(index) is str or (type(index) is tuple and bool(index) and type(index[0]) is str)
+
+
+# ---------------------------------------------------------------------------- rewrapping
+def unwrap(value: Any) -> Any:
+    """The TensorDict of a tensorclass instance (also inside lists and tuples); anything else as it is."""
+    if isinstance(value, TensorDictMethods):
+        return value._tensordict
+    if type(value) in (list, tuple):
+        return type(value)(unwrap(item) for item in value)
+    return value
+
+
+def rewrap_result(template: Any, source_td: Any, result: Any, name: Optional[str]) -> Any:
+    """Put a TensorDict result back into ``template``'s class when it holds only its fields."""
+    if result is source_td and source_td is not None:
+        guard_all(template)
+        return template
+    if isinstance(result, TensorDict):
+        if name in _ENTRY_METHODS or not result._tensordict.keys() <= type(template)._tc_field_set:
+            return result
+        if source_td is not None and any(result is leaf for leaf in source_td._tensordict.values()):
+            return result
+        return template._rewrap(result)
+    if isinstance(result, tuple):
+        items = [rewrap_result(template, source_td, item, name) for item in result]
+        return type(result)(items) if type(result) is tuple or hasattr(type(result), "n_fields") \
+            else type(result)(*items)
+    if type(result) is list:
+        return [rewrap_result(template, source_td, item, name) for item in result]
+    return result
+
+
+def _collect_tensorclasses(items: Any, found: dict) -> None:
+    for item in items:
+        if isinstance(item, TensorDictMethods):
+            found[id(item._tensordict)] = item
+        elif type(item) in (list, tuple):
+            _collect_tensorclasses(item, found)
+
+
+def _rebuild(cls: type, td: TensorDict) -> Any:
+    """Unpickle a tensorclass instance (``__reduce__`` names this function)."""
+    return cls._from_tensordict_unchecked(td)
+
+
+# ---------------------------------------------------------------------------- delegates
+def _delegate(name: str) -> Callable:
+    """A method calling the TensorDict's ``name`` and rewrapping its result."""
+
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        td = self._tensordict
+        try:
+            bound = getattr(td, name)
+        except AttributeError:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
+        if args:
+            args = tuple(unwrap(arg) for arg in args)
+        if kwargs:
+            kwargs = {key: unwrap(value) for key, value in kwargs.items()}
+        return rewrap_result(self, td, bound(*args, **kwargs), name)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``TensorDict.{name}`` on the fields; a result holding only fields keeps the class."
+    return method
+
+
+def _binary_delegate(name: str) -> Callable:
+    def operator(self: Any, other: Any) -> Any:
+        td = self._tensordict
+        bound = getattr(td, name, None)
+        if bound is None:
+            return NotImplemented
+        result = bound(other._tensordict if isinstance(other, TensorDictMethods) else other)
+        if result is NotImplemented:
+            return result
+        return rewrap_result(self, td, result, name)
+
+    operator.__name__ = operator.__qualname__ = name
+    return operator
+
+
+def _delegate_property(name: str, prop: property) -> property:
+    def fget(self: Any) -> Any:
+        return rewrap_result(self, None, getattr(self._tensordict, name), name)
+
+    def fset(self: Any, value: Any) -> None:
+        setattr(self._tensordict, name, unwrap(value))
+
+    return property(fget, fset if prop.fset is not None else None, doc=prop.__doc__)
+
+
+def install_delegates(cls: type) -> None:
+    """Expose the operators and every public TensorDict method and property on ``cls`` (unless it has its own).
+
+    Explicit class attributes rather than a ``__getattr__`` fallback: a class with
+    ``__getattr__`` loses CPython's fast attribute lookup, which field reads rely on.
+    Their names are reserved: a field can't be called like one.
+    """
+    for name in _BINARY_OPERATORS:
+        setattr(cls, name, _binary_delegate(name))
+    for name in _UNARY_OPERATORS:
+        setattr(cls, name, _delegate(name))
+    for name in dir(TensorDict):
+        if name.startswith("_") or hasattr(cls, name):
+            continue
+        raw = next(klass.__dict__[name] for klass in TensorDict.__mro__ if name in klass.__dict__)
+        if isinstance(raw, property):
+            setattr(cls, name, _delegate_property(name, raw))
+        elif callable(raw) and not isinstance(raw, (classmethod, staticmethod)):
+            setattr(cls, name, _delegate(name))
+
+
+# ---------------------------------------------------------------------------- the methods
+class TensorDictMethods(FieldStorage):
+    """The part of the TensorDict API a tensorclass implements itself (a base of ``TensorClass``)."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ rewrapping
+    def _rewrap(self, td: TensorDict) -> "Self":
+        """A new instance of this class around ``td`` (no checks, no ``__init__``)."""
+        new = _object_new(type(self))
+        set_td(new, td)
+        set_instance_dict(new, td._tensordict)
+        if self._tc_frozen:
+            td._lock_tree()
+        return new
+
+    @classmethod
+    def _from_tensordict_unchecked(cls, td: TensorDict) -> "Self":
+        new = _object_new(cls)
+        set_td(new, td)
+        set_instance_dict(new, td._tensordict)
+        guard_all(new)
+        return new
+
+    # ------------------------------------------------------------------ indexing
+    def __getitem__(self, index: Any) -> "Self":
+        # The hot path of ``data[idx]``: straight to the batch indexing (a str is never a batch index).
+        if type(index) is str or (type(index) is tuple and index and type(index[0]) is str):
+            raise _field_index_error(index)
+        td = self._td
+        if type(td) is tuple:
+            td = self._tensordict
+        result = _index_tensordict(td, index)
+        new = _object_new(type(self))
+        set_td(new, result)
+        set_instance_dict(new, result._tensordict)
+        if self._tc_frozen:
+            result._lock_tree()
+        return new
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if _is_key_index(index):
+            raise _field_index_error(index)
+        self._tensordict[index] = value._tensordict if isinstance(value, TensorDictMethods) else value
+        guard_all(self)
+
+    def __iter__(self) -> Any:
+        return (self._rewrap(td) for td in iter(self._tensordict))
+
+    # ------------------------------------------------------------------ fields as keys
+    def get(self, key: Any, *default: Any) -> Any:
+        """The field (or nested entry) at ``key``; non-tensor values come back raw.
+
+        >>> import torch
+        >>> from torchdict import TensorClass
+        >>> class P(TensorClass):
+        ...     x: torch.Tensor
+        ...     tag: str = "a"
+        >>> P(torch.zeros(2)).get("tag"), P(torch.zeros(2)).get("y", None)
+        ('a', None)
+        """
+        value = self._tensordict.get(key, *default)
+        return value.data if type(value) in NON_TENSOR else value
+
+    def set(self, key: Any, value: Any, inplace: bool = False, **kwargs: Any) -> "Self":
+        """Write a field (or a nested entry under a field); returns self."""
+        keys = key_to_tuple(key)
+        spec = type(self)._tc_fields.get(keys[0])
+        if spec is None:
+            raise no_field_error(type(self), keys[0])
+        if len(keys) > 1:
+            self._tensordict.set(keys, unwrap(value), inplace=inplace, **kwargs)
+        elif inplace and keys[0] in self._tensordict._tensordict:
+            td = self._tensordict
+            self._tensordict.set(keys, to_field_leaf(spec, value, td._batch_size, td._device), inplace=True)
+        else:
+            setattr(self, keys[0], value)
+        return self
+
+    def update(self, source: Any = None, *args: Any, **kwargs: Any) -> "Self":
+        """Merge entries in (every top-level key must be a field); returns self."""
+        source = unwrap(source)
+        if isinstance(source, TensorCollection):
+            top_keys = set(source._tensordict)
+        elif isinstance(source, Mapping):
+            top_keys = {key_to_tuple(key)[0] for key in source}
+        else:
+            top_keys = set()
+        extra = top_keys - type(self)._tc_field_set
+        if extra:
+            raise _keys_error(type(self), extra)
+        self._tensordict.update(source, *args, **kwargs)
+        guard_all(self)
+        return self
+
+    # ------------------------------------------------------------------ conversions
+    @classmethod
+    def from_tensordict(cls, tensordict: TensorDict, non_tensordict: Optional[dict] = None) -> "Self":
+        """Wrap ``tensordict`` (shared, not copied) in this class; its keys must be fields.
+
+        ``non_tensordict`` gives more fields by name (set like attributes).
+
+        >>> import torch
+        >>> from torchdict import TensorClass, TensorDict
+        >>> class P(TensorClass):
+        ...     x: torch.Tensor
+        >>> P.from_tensordict(TensorDict(x=torch.zeros(3), batch_size=[3])).x.shape
+        torch.Size([3])
+        """
+        tensordict = unwrap(tensordict)
+        extra = set(tensordict._tensordict) - cls._tc_field_set
+        if extra:
+            raise _keys_error(cls, extra)
+        instance = cls._from_tensordict_unchecked(tensordict)
+        for name, value in (non_tensordict or {}).items():
+            setattr(instance, name, value)
+        return instance
+
+    def to_tensordict(self) -> TensorDict:
+        """A TensorDict holding a copy of the fields (changing it leaves this object alone)."""
+        return self._tensordict.clone()
+
+    # ------------------------------------------------------------------ torch integration
+    @classmethod
+    def __torch_function__(cls, func: Callable, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
+        kwargs = kwargs or {}
+        originals: dict = {}  # id(TensorDict) -> the tensorclass instance it came from
+        _collect_tensorclasses((args, tuple(kwargs.values())), originals)
+        if not originals:
+            return NotImplemented
+        template = next(iter(originals.values()))
+        result = func(*unwrap(args), **{key: unwrap(value) for key, value in kwargs.items()})
+        if isinstance(result, TensorDict) and id(result) in originals:
+            return originals[id(result)]  # e.g. out=: the caller's own object
+        return rewrap_result(template, None, result, getattr(func, "__name__", None))
+
+    # ------------------------------------------------------------------ persistence
+    # The instance itself is saved (not its TensorDict) so that the folder records the class.
+    def memmap(self, prefix: Any = None, copy_existing: bool = False, **kwargs: Any) -> "Self":
+        """A locked, memory-mapped copy written to ``prefix`` (see ``TensorDict.memmap``).
+
+        >>> import tempfile, torch
+        >>> from torchdict import TensorClass
+        >>> class P(TensorClass):
+        ...     x: torch.Tensor
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = P(torch.ones(2)).memmap(folder)
+        >>> P.load_memmap(folder).x.tolist()
+        [1.0, 1.0]
+        """
+        return save_collection(self, prefix, copy_existing=copy_existing, **kwargs)
+
+    save = dumps = memmap
+
+    def memmap_(self, prefix: Any = None, copy_existing: bool = False, **kwargs: Any) -> "Self":
+        """Memory-map the fields in place; returns self (locked)."""
+        return save_collection(self, prefix, copy_existing=copy_existing, inplace=True, **kwargs)
+
+    def memmap_like(self, prefix: Any = None, copy_existing: bool = False, **kwargs: Any) -> "Self":
+        """Same fields, dtypes and shapes as zero-filled memory-mapped files."""
+        return save_collection(self, prefix, copy_existing=copy_existing, like=True, **kwargs)
+
+    @classmethod
+    def load_memmap(cls, prefix: Any, *args: Any, **kwargs: Any) -> "Self":
+        """Load a folder saved with ``memmap``/``save``; a plain TensorDict folder is wrapped in ``cls``."""
+        loaded = TensorDict.load_memmap(prefix, *args, **kwargs)
+        return loaded if isinstance(loaded, cls) else cls.from_tensordict(unwrap(loaded))
+
+    load = load_memmap
+
+    # ------------------------------------------------------------------ python protocols
+    def __repr__(self) -> str:
+        from .printing import format_leaf, indent, td_is_shared
+
+        td = self._tensordict
+        storage = td._tensordict
+        lines = [f"{key}={format_leaf(storage[key])}" for key in sorted(storage)]
+        lines += [f"{name}=None" for name in self._tc_field_names if name not in storage]
+        lines += [f"batch_size={td.batch_size}", f"device={td.device}", f"is_shared={td_is_shared(td)}"]
+        return f"{type(self).__name__}(\n" + indent(",\n".join(lines)) + ")"
+
+    def __reduce__(self) -> tuple:
+        return (_rebuild, (type(self), self._tensordict))
+
+    def __copy__(self) -> "Self":
+        return self._rewrap(self._tensordict.copy())
+
+    def __deepcopy__(self, memo: dict) -> "Self":
+        import copy
+
+        return self._rewrap(copy.deepcopy(self._tensordict, memo))
+
+    if TYPE_CHECKING:
+        # Delegated TensorDict methods, as type checkers should see them.
+        def reshape(self, *shape: Any) -> Self: ...
+        def view(self, *shape: Any) -> Self: ...
+        def permute(self, *dims: Any) -> Self: ...
+        def transpose(self, dim0: int, dim1: int) -> Self: ...
+        def squeeze(self, dim: Optional[int] = None) -> Self: ...
+        def unsqueeze(self, dim: int) -> Self: ...
+        def expand(self, *shape: Any) -> Self: ...
+        def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self: ...
+        def unflatten(self, dim: int, unflattened_size: Any) -> Self: ...
+        def unbind(self, dim: int = 0) -> tuple[Self, ...]: ...
+        def split(self, split_size: Any, dim: int = 0) -> tuple[Self, ...]: ...
+        def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]: ...
+        def to(self, *args: Any, **kwargs: Any) -> Self: ...
+        def cpu(self) -> Self: ...
+        def cuda(self, device: Any = None) -> Self: ...
+        def clone(self, recurse: bool = True) -> Self: ...
+        def detach(self) -> Self: ...
+        def contiguous(self) -> Self: ...
+        def apply(self, fn: Callable, *others: Any, **kwargs: Any) -> Self: ...
+        def apply_(self, fn: Callable, *others: Any, **kwargs: Any) -> Self: ...
+        def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> Self: ...
+        def exclude(self, *keys: Any, inplace: bool = False) -> Self: ...
+        def copy(self) -> Self: ...
+        def keys(self, include_nested: bool = False, leaves_only: bool = False) -> Any: ...
+        def values(self, include_nested: bool = False, leaves_only: bool = False) -> Any: ...
+        def items(self, include_nested: bool = False, leaves_only: bool = False) -> Any: ...
+        def zero_(self) -> Self: ...
+        def lock_(self) -> Self: ...
+        def unlock_(self) -> Self: ...
+        def to_dict(self) -> dict: ...
+        def numel(self) -> int: ...
+        def dim(self) -> int: ...
+        def __len__(self) -> int: ...
+        def __eq__(self, other: object) -> Self: ...  # type: ignore[override]
+        def __ne__(self, other: object) -> Self: ...  # type: ignore[override]
+        def __add__(self, other: Any) -> Self: ...
+        def __sub__(self, other: Any) -> Self: ...
+        def __mul__(self, other: Any) -> Self: ...
+        def __truediv__(self, other: Any) -> Self: ...
