@@ -117,7 +117,6 @@ def _files(folder: str) -> tuple:
 def setup():
     import torchdict
 
-    torch.set_num_threads(1)
     n = dataset_size()
     return {"n": n, "folder": _make_dataset(torchdict, n)}
 
@@ -202,9 +201,14 @@ def _map_case(fn, name: str, floor: str, target, note: str = "") -> Case:
         from torchdict import TensorDict
 
         def job():
-            source = TensorDict.load_memmap(data["folder"])
-            for index in range(data["n"]):
-                fn(source[index])
+            previous = torch.get_num_threads()
+            torch.set_num_threads(1)  # as in each worker; restored for the suites that run next
+            try:
+                source = TensorDict.load_memmap(data["folder"])
+                for index in range(data["n"]):
+                    fn(source[index])
+            finally:
+                torch.set_num_threads(previous)
 
         return lambda: _timed(job)
 

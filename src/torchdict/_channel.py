@@ -179,7 +179,7 @@ class _Pickler:
                 return None
             return ("shm", slot, obj.dtype, tuple(obj.shape), obj.stride(), obj.storage_offset(), requires_grad)
         segment_id, segment = self.link._segment(nbytes)
-        torch.empty(0, dtype=obj.dtype).set_(segment, 0, obj.shape).copy_(obj.detach())
+        torch.empty(0, dtype=obj.dtype).set_(segment).view(obj.shape).copy_(obj.detach())
         slot = self._slot(segment)
         if slot is None:  # cannot happen for a segment we allocated; keep torch's path as a fallback
             return None
@@ -207,7 +207,8 @@ class _Unpickler(pickle.Unpickler):
             storage = self.storages.get(slot)
             if storage is None:
                 fd = self.fds[slot]
-                storage = self.storages[slot] = torch.UntypedStorage._new_shared_fd_cpu(fd, os.fstat(fd).st_size)
+                storage = self.storages[slot] = torch.UntypedStorage._new_shared_fd_cpu(  # type: ignore[attr-defined]
+                    fd, os.fstat(fd).st_size)
             tensor = torch.empty(0, dtype=dtype).set_(storage, offset, shape, stride)
         else:
             _, slot, segment_id, nbytes, dtype, shape, requires_grad = pid

@@ -39,7 +39,7 @@ def structure_of(collection: Any, dim: Optional[int]) -> Any:
     batch_size = td._batch_size
     if dim is not None and len(batch_size) <= dim:
         return None
-    entries = []
+    entries: list = []
     storage = td._tensordict
     for key in sorted(storage):
         leaf = storage[key]
@@ -122,7 +122,7 @@ def fits(result: Any, out_structure: Any, dim: int, length: int, unbound: bool) 
         return False
     if unbound:
         return structure_of(result, None) == out_structure
-    batch_size = result.batch_size
+    batch_size = unwrap(result)._batch_size
     return len(batch_size) > dim and batch_size[dim] == length and structure_of(result, dim) == out_structure
 
 

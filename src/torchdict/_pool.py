@@ -114,7 +114,7 @@ class WorkerPool:
 
         self.num_workers = max(resolve_num_workers(num_workers), 1)
         self.start_method = mp_start_method or default_start_method()
-        self._context = multiprocessing.get_context(self.start_method)
+        self._context: Any = multiprocessing.get_context(self.start_method)
         self.worker_threads = int(worker_threads)
         self._base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
         self._started = 0

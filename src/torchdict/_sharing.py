@@ -97,7 +97,7 @@ def _relabel(storage: dict) -> Any:
     for key, leaf in storage.items():
         if isinstance(leaf, _Tensor):
             if type(leaf) is not MemoryMappedTensor and is_file_backed(leaf):
-                filename = leaf.untyped_storage().filename
+                filename = str(leaf.untyped_storage().filename)
                 changed[key] = MemoryMappedTensor._wrap(leaf.detach(), _MappedFile(filename, True))
         elif isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
@@ -115,7 +115,7 @@ def shared_empty(shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
     if nbytes == 0:
         return torch.empty(shape, dtype=dtype)
     storage = torch.UntypedStorage._new_shared(nbytes)
-    return torch.empty(0, dtype=dtype).set_(storage, 0, shape)
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
 
 
 # ---------------------------------------------------------------------- prefaulting

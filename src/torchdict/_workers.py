@@ -146,7 +146,7 @@ def fits_some_output(result: Any, dim: int, length: int, unbound: bool) -> bool:
         return False
     if unbound:
         return structure_of(result, None) is not None
-    batch_size = result.batch_size
+    batch_size = unwrap(result)._batch_size
     return len(batch_size) > dim and batch_size[dim] == length and structure_of(result, dim) is not None
 
 
@@ -159,7 +159,7 @@ def _describe(result: Any) -> str:
             leaves[key] = f"{str(leaf.dtype).replace('torch.', '')}{list(leaf.shape)}"
         else:
             leaves[key] = type(leaf).__name__
-    return f"a {type(result).__name__} with batch size {list(result.batch_size)} and leaves {leaves}"
+    return f"a {type(result).__name__} with batch size {list(unwrap(result)._batch_size)} and leaves {leaves}"
 
 
 def seed_worker(seed: int) -> None:
@@ -179,8 +179,9 @@ def seed_worker(seed: int) -> None:
 def error_message(task_id: int, chunk: int, error: BaseException) -> tuple:
     """The ``("error", ...)`` message for an exception raised while running a chunk."""
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    payload: Optional[bytes] = None
     try:
-        payload: Optional[bytes] = pickle.dumps(error)
+        payload = pickle.dumps(error)
         pickle.loads(payload)  # an exception that cannot be rebuilt is sent as text only
     except Exception:
         payload = None

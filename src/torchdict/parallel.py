@@ -173,6 +173,7 @@ def _remove_with(result: Any, directory: Optional[str]) -> Any:
 def run_map(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, chunksize: Any, num_chunks: Any,
             pool: Any, generator: Any, max_tasks_per_child: Any, worker_threads: int, pbar: bool,
             mp_start_method: Any, out: Any) -> Any:
+    from ._apply import unwrap
     from ._base import TensorCollection
     from ._chunks import group_tasks
     from ._pool import Execution, WorkerPool, resolve_num_workers
@@ -185,10 +186,11 @@ def run_map(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, chun
     if out is not None:
         if not isinstance(out, TensorCollection):
             raise TypeError(f"out must be a TensorDict (or tensorclass), got {type(out).__name__}.")
-        if len(out.batch_size) <= plan.dim or out.batch_size[plan.dim] != plan.length:
+        out_batch = unwrap(out)._batch_size
+        if len(out_batch) <= plan.dim or out_batch[plan.dim] != plan.length:
             raise ValueError(
                 f"out must hold the gathered result: {plan.length} elements along dim {plan.dim}, "
-                f"got batch size {list(out.batch_size)}."
+                f"got batch size {list(out_batch)}."
             )
     if plan.num_chunks == 0:
         return out

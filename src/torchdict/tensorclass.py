@@ -54,9 +54,6 @@ else:  # pragma: no cover - exercised on 3.10 only
         def dataclass_transform(**kwargs: Any) -> Callable[[Any], Any]:
             return lambda obj: obj
 
-if TYPE_CHECKING:
-    from typing_extensions import Self
-
 __all__ = ["tensorclass", "TensorClass", "is_tensorclass"]
 
 _T = TypeVar("_T")
