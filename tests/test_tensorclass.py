@@ -741,3 +741,16 @@ def test_docstring_examples_run():
     module = sys.modules["torchdict.tensorclass"]  # ``torchdict.tensorclass`` is also the decorator's name
     failures, attempted = doctest.testmod(module, extraglobs={"torch": torch, "TensorDict": TensorDict})
     assert attempted > 5 and failures == 0
+
+
+def test_autocast_keeps_a_declared_default_of_a_python_type():
+    from torchdict import TensorClass
+
+    class WithDefault(TensorClass, autocast=True):
+        x: torch.Tensor
+        n: int = 3
+
+    data = WithDefault([1.0])
+    assert data.n == 3 and isinstance(data.n, int)
+    assert torch.equal(data.x, torch.tensor([1.0]))
+    assert WithDefault([1.0], n=torch.tensor(4)).n == 4

@@ -171,7 +171,8 @@ def _resolve_annotations(cls: type) -> dict:
 # ---------------------------------------------------------------------------- values
 def _autocast(spec: FieldSpec, value: Any, batch_size: _Size, device: Any) -> Any:
     target = spec.cast_to
-    if target is None or isinstance(value, target):
+    if target is None or isinstance(value, target) or type(value) in NON_TENSOR:
+        # Already cast, or a raw default wrapped to stay raw (its declared value is kept as is).
         return value
     if is_tensorclass_type(target) and isinstance(value, TensorDict):
         return target.from_tensordict(value)
