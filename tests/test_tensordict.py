@@ -444,3 +444,9 @@ def test_pickle_round_trip_keeps_structure_and_lock():
     loaded = pickle.loads(pickle.dumps(td))
     assert loaded.is_locked and loaded.batch_size == td.batch_size
     assert torch.equal(loaded["a"], td["a"]) and loaded["n", "s"] == "x"
+
+
+def test_select_keeps_the_requested_order():
+    td = TensorDict({"a": 0, "b": 1, "c": {"d": 2, "e": 3}})
+    assert list(td.select("c", "a").keys(True)) == [("c", "d"), ("c", "e"), "c", "a"]
+    assert list(td.select(("c", "e"), "b", ("c", "d")).keys(True)) == [("c", "e"), ("c", "d"), "c", "b"]

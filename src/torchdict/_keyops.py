@@ -238,8 +238,7 @@ def _select_storage(td: Any, tree: dict, strict: bool) -> dict:
             from ._errors import through_leaf_error
 
             raise through_leaf_error(key, value, next(iter(subtree)))
-    # Keep the source's order, not the order the keys were asked in.
-    return {key: result[key] for key in storage if key in result}
+    return result  # in the order the keys were asked for, like upstream
 
 
 def exclude(td: Any, keys: tuple, *, inplace: bool) -> Any:
@@ -254,6 +253,10 @@ def exclude(td: Any, keys: tuple, *, inplace: bool) -> Any:
 def _exclude_storage(td: Any, tree: dict) -> dict:
     result: dict = {}
     for key, value in td._tensordict.items():
+        if isinstance(value, _Tensor):
+            if tree.get(key) is not True:
+                result[key] = value
+            continue
         subtree = tree.get(key)
         if subtree is True:
             continue
