@@ -450,3 +450,13 @@ def test_select_keeps_the_requested_order():
     td = TensorDict({"a": 0, "b": 1, "c": {"d": 2, "e": 3}})
     assert list(td.select("c", "a").keys(True)) == [("c", "d"), ("c", "e"), "c", "a"]
     assert list(td.select(("c", "e"), "b", ("c", "d")).keys(True)) == [("c", "e"), ("c", "d"), "c", "b"]
+
+
+def test_fits_batch_agrees_with_slicing():
+    from itertools import product
+
+    from torchdict._convert import fits_batch
+
+    shapes = [torch.Size(dims) for n in range(4) for dims in product([0, 1, 3], repeat=n)]
+    for shape, batch_size in product(shapes, shapes):
+        assert fits_batch(shape, batch_size) == (shape[: len(batch_size)] == batch_size)

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ._base import TensorCollection
-from ._convert import to_leaf
+from ._convert import fits_batch, to_leaf
 from ._errors import MessageKeyError, locked_error, missing_key_error
 from ._keys import key_to_tuple
 from ._views import iter_items
@@ -65,7 +65,6 @@ def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking:
                  tree: Optional[dict], ignore_lock: bool) -> None:
     storage = td._tensordict
     batch_size = td._batch_size
-    n_batch = len(batch_size)
     device = td._device
     locked = td._is_locked
     for raw_key, value in _entries(source):
@@ -75,7 +74,7 @@ def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking:
             if (existing is _MISSING and not locked) or (
                 isinstance(existing, _Tensor) and not inplace and (not locked or ignore_lock)
             ):
-                if (not n_batch or value.shape[:n_batch] == batch_size) and (
+                if fits_batch(value.shape, batch_size) and (
                         device is None or value.device == device):
                     storage[raw_key] = value
                     continue
@@ -103,7 +102,7 @@ def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking:
             if td._is_locked:
                 raise locked_error()
         elif inplace and isinstance(existing, _Tensor) and isinstance(value, _Tensor):
-            if value.shape[:n_batch] != batch_size:
+            if not fits_batch(value.shape, batch_size):
                 to_leaf(value, key, batch_size, None)  # raises the batch error
             existing.copy_(value, non_blocking=non_blocking)
             continue
@@ -111,7 +110,7 @@ def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking:
             raise locked_error()
         if clone and isinstance(value, (_Tensor, TensorCollection)):
             value = value.clone()
-        if isinstance(value, _Tensor) and value.shape[:n_batch] == batch_size and (
+        if isinstance(value, _Tensor) and fits_batch(value.shape, batch_size) and (
             device is None or value.device == device
         ):
             storage[key] = value

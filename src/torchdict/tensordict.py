@@ -15,7 +15,7 @@ from . import _keyops
 from ._apply import ApplyMixin
 from ._base import TensorCollection
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
-from ._convert import check_tensor, parse_batch_size, parse_device, to_leaf
+from ._convert import check_tensor, fits_batch, parse_batch_size, parse_device, to_leaf
 from ._errors import (
     MessageKeyError,
     incompatible_batch_error,
@@ -121,7 +121,7 @@ class TensorDict(
         for key, value in source.items():
             if type(key) is str and isinstance(value, _Tensor):
                 # Fast path for the common case: a str key and a tensor value.
-                if n_batch and value.shape[:n_batch] != batch_size:
+                if n_batch and not fits_batch(value.shape, batch_size):
                     value = check_tensor(value, key, batch_size, device)
                 elif device is not None and value.device != device:
                     value = value.to(device, non_blocking=non_blocking)
@@ -484,7 +484,7 @@ class TensorDict(
                 raise locked_error()
             if isinstance(value, _Tensor):
                 batch_size = self._batch_size
-                if batch_size and value.shape[: len(batch_size)] != batch_size:
+                if batch_size and not fits_batch(value.shape, batch_size):
                     value = check_tensor(value, index, batch_size, self._device)
                 elif self._device is not None and value.device != self._device:
                     value = value.to(self._device)
@@ -503,7 +503,7 @@ class TensorDict(
                 last = index[-1]
                 if (type(td) is TensorDict and type(last) is str and not td._is_locked
                         and isinstance(value, _Tensor)
-                        and (not td._batch_size or value.shape[: len(td._batch_size)] == td._batch_size)
+                        and fits_batch(value.shape, td._batch_size)
                         and (td._device is None or value.device == td._device)):
                     td._tensordict[last] = value
                     return
@@ -568,7 +568,7 @@ class TensorDict(
                 if not isinstance(value, _Tensor):
                     raise inplace_error(full_key, self)
             batch_size = self._batch_size
-            if value.shape[: len(batch_size)] != batch_size:
+            if not fits_batch(value.shape, batch_size):
                 value = check_tensor(value, full_key, batch_size, None)
             existing.copy_(value, non_blocking=non_blocking)
         elif isinstance(existing, TensorCollection):
@@ -590,7 +590,7 @@ class TensorDict(
             if existing is _MISSING:
                 raise missing_key_error(key, self._tensordict)
             if isinstance(item, _Tensor) and isinstance(existing, _Tensor) and (
-                    item.shape[: len(self._batch_size)] == self._batch_size):
+                    fits_batch(item.shape, self._batch_size)):
                 existing.copy_(item, non_blocking=non_blocking)
                 return self
             self._set_inplace(key, existing, item, key, non_blocking)
