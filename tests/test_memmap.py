@@ -221,6 +221,16 @@ def test_basic_indexing_returns_views_that_write_through_to_the_file(on_disk, in
     assert torch.equal(reread, plain)
 
 
+def test_a_view_does_not_relabel_the_tensor_it_came_from(on_disk):
+    plain = on_disk.as_subclass(torch.Tensor)
+    wrapped = MemoryMappedTensor._wrap(plain, on_disk._mapped_file)
+    views = [on_disk[0], on_disk[:, 1:], wrapped[0], wrapped[..., 2]]
+    assert [type(view) for view in views] == [MemoryMappedTensor] * 4
+    assert type(plain) is torch.Tensor and type(plain[0]) is torch.Tensor  # the caller's tensor stays plain
+    assert type(on_disk) is MemoryMappedTensor and on_disk.shape == (4, 6)
+    assert all(view.filename == on_disk.filename for view in views)
+
+
 @pytest.mark.parametrize("index", [[0, 2], torch.tensor([3, 1]), torch.tensor([True, False, True, False])],
                          ids=["list", "tensor", "mask"])
 def test_advanced_indexing_returns_plain_tensors(on_disk, index):

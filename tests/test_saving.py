@@ -186,6 +186,18 @@ def test_thread_pool_writes_the_same_files(tmp_path, num_threads):
     assert_same_content(TensorDict.load_memmap(tmp_path, num_threads=num_threads), source)
 
 
+@pytest.mark.parametrize("num_threads", [0, 3])
+def test_a_file_that_cannot_be_written_fails_the_save_from_any_thread(tmp_path, num_threads):
+    source = TensorDict({f"k{i}": torch.randn(5, i + 1) for i in range(12)}, batch_size=[5])
+    before = snapshot(source)
+    (tmp_path / "k7.memmap").mkdir()  # open() of this leaf's file fails in whichever thread takes it
+    with pytest.raises(IsADirectoryError):
+        source.memmap_(tmp_path, num_threads=num_threads)
+    assert not (tmp_path / "meta.json").exists()  # the folder is not a complete save
+    assert_same_snapshot(before, snapshot(source))
+    assert not source.is_memmap()
+
+
 def test_return_early_gives_a_future_of_the_saved_td(tmp_path):
     source = make_td()
     future = source.memmap(tmp_path, return_early=True, num_threads=2)

@@ -521,6 +521,40 @@ def test_indexing_equals_indexing_each_field(index):
     assert result.tag == "t"
 
 
+@pytest.mark.parametrize("index", [1, -1, slice(1, 3), slice(None, None, 2), slice(3, 1)], ids=repr)
+@pytest.mark.parametrize("materialised", [False, True])
+def test_int_and_slice_index_match_torch_on_a_multi_dim_batch(index, materialised):
+    # int and slice take a shortcut (no TensorDict built): same answer as torch, and the
+    # result behaves like any instance (batch size, names, TensorDict view of its fields).
+    x = torch.arange(24.0).view(4, 3, 2)
+    data = Inner(x, batch_size=[4, 3])
+    if materialised:
+        data._tensordict  # the instance now holds a TensorDict rather than the lazy (batch, device)
+    result = data[index]
+    assert type(result) is Inner
+    assert torch.equal(result.x, x[index])
+    assert result.batch_size == x[index].shape[:-1] and type(result.batch_size) is torch.Size
+    assert result._tensordict.batch_size == result.batch_size
+    assert result._tensordict["x"] is result.x
+    assert result.names == [None] * result.batch_dims and not result.is_locked
+
+
+def test_int_and_slice_index_keep_names_and_errors():
+    data = Inner(torch.zeros(4, 3), batch_size=[4, 3], names=["n", "m"])
+    assert data[0].names == ["m"] and data[1:3].names == ["n", "m"]
+    scalar = Inner(torch.zeros(()))
+    before = scalar.x.clone()
+    with pytest.raises(RuntimeError, match="batch_dims==0"):
+        scalar[0]
+    with pytest.raises(RuntimeError, match="batch_dims==0"):
+        scalar[:1]
+    with pytest.raises(IndexError, match="index 4 is out of bounds for dimension 0 with size 4"):
+        data[4]
+    with pytest.raises(ValueError, match="step must be greater than zero"):
+        data[::-1]
+    assert torch.equal(scalar.x, before) and data.batch_size == torch.Size([4, 3])
+
+
 @settings(max_examples=30, deadline=None)
 @given(st.data())
 def test_indexing_matches_fields_property(draw):

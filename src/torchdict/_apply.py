@@ -315,13 +315,14 @@ class _ApplyRun:
                 else:
                     result[key] = self._checked(value, prefix + (key,) if prefix else key, batch_size, n_batch)
         if keys is not storage:
-            for key, leaf, tensor in zip(storage, values, is_tensor):
-                if not tensor:
-                    entry = self._non_tensor_entry(td, key, leaf, [], batch_size, prefix)
-                    if entry is DROP:
-                        dropped.append(key)
-                    else:
-                        result[key] = entry
+            # Only the few other entries (sub-TensorDicts, non-tensors), picked at C level.
+            is_other = list(map(operator.not_, is_tensor))
+            for key, leaf in zip(compress(storage, is_other), compress(values, is_other)):
+                entry = self._non_tensor_entry(td, key, leaf, [], batch_size, prefix)
+                if entry is DROP:
+                    dropped.append(key)
+                else:
+                    result[key] = entry
         for key in dropped:
             del result[key]
         return result

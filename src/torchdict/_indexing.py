@@ -183,26 +183,72 @@ def _row_batch(batch: torch.Size) -> torch.Size:
     return rest
 
 
-def _index_storage(storage: dict, index: Any, n_batch: int, new_batch: torch.Size) -> dict:
-    """``leaf[index]`` for every leaf of a TensorDict with ``n_batch`` batch dims.
+# (start, stop, step, batch size) -> the batch size of td[start:stop:step] (td[a:b] is a hot path,
+# and building a torch.Size is slow).
+_SLICE_BATCH: dict = {}
+
+
+def _slice_batch(key: tuple) -> torch.Size:
+    start, stop, step, batch = key
+    if step <= 0:
+        raise ValueError("step must be greater than zero")
+    if len(_SLICE_BATCH) > 512:
+        _SLICE_BATCH.clear()
+    new_batch = _SLICE_BATCH[key] = _Size((len(range(start, stop, step)),)) + batch[1:]
+    return new_batch
+
+
+def index_basic(storage: dict, batch: torch.Size, names: Optional[list], index: Any, result: dict) -> tuple:
+    """``td[index]`` for an int or a slice ``index``, as parts: fills ``result`` (an empty dict)
+    with the indexed storage and returns ``(batch_size, names)`` of the result.
+
+    The parts, not a TensorDict: a tensorclass fills its new instance's own ``__dict__``
+    and builds a TensorDict only when one is needed.
+    """
+    if not batch:
+        raise _zero_dim_error(index)
+    if type(index) is int:
+        size = batch[0]
+        if not -size <= index < size:
+            raise _out_of_bounds(index, size)
+        new_batch = _ROW_BATCH.get(batch)
+        if new_batch is None:
+            new_batch = _row_batch(batch)
+        if names is not None:
+            names = names[1:] if any(names[1:]) else None
+    else:
+        key = (*index.indices(batch[0]), batch)
+        new_batch = _SLICE_BATCH.get(key)
+        if new_batch is None:
+            new_batch = _slice_batch(key)
+    # _index_storage's loop, inlined: one call less on the hottest indexing path.
+    n_batch = len(batch)
+    for key, leaf in storage.items():
+        result[key] = leaf[index] if isinstance(leaf, _Tensor) else _index_entry(leaf, index, n_batch, new_batch)
+    return new_batch, names
+
+
+def _index_storage(storage: dict, index: Any, n_batch: int, new_batch: torch.Size, result: dict) -> dict:
+    """``leaf[index]`` for every leaf of a TensorDict with ``n_batch`` batch dims, written into ``result``.
 
     ``index`` acts on the batch dims only; nested collections keep their
     extra batch dims after ``new_batch``.
     """
-    result: dict = {}
     for key, leaf in storage.items():
-        if isinstance(leaf, _Tensor):
-            result[key] = leaf[index]
-        elif isinstance(leaf, TensorCollection):
-            inner = unwrap(leaf)
-            inner_batch = new_batch + inner._batch_size[n_batch:]
-            result[key] = rewrap(leaf, inner._new_unsafe(
-                _index_storage(inner._tensordict, index, n_batch, inner_batch), inner_batch, inner._device))
-        elif type(leaf) is NonTensorData:
-            result[key] = leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
-        else:
-            result[key] = leaf._batch_op(lambda grid: grid[index])
+        result[key] = leaf[index] if isinstance(leaf, _Tensor) else _index_entry(leaf, index, n_batch, new_batch)
     return result
+
+
+def _index_entry(leaf: Any, index: Any, n_batch: int, new_batch: torch.Size) -> Any:
+    """``leaf[index]`` for an entry that is not a tensor: a nested collection or non-tensor data."""
+    if isinstance(leaf, TensorCollection):
+        inner = unwrap(leaf)
+        inner_batch = new_batch + inner._batch_size[n_batch:]
+        return rewrap(leaf, inner._new_unsafe(
+            _index_storage(inner._tensordict, index, n_batch, inner_batch, {}), inner_batch, inner._device))
+    if type(leaf) is NonTensorData:
+        return leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
+    return leaf._batch_op(lambda grid: grid[index])
 
 
 def _take_storage(storage: dict, rows: torch.Tensor, n_batch: int, new_batch: torch.Size, seen: list) -> dict:
@@ -245,27 +291,12 @@ def _take_rows(td: Any, rows: torch.Tensor) -> Optional[Any]:
 
 def index_tensordict(td: Any, index: Any) -> Any:
     """``td[index]`` for any non-key index (see the module docstring)."""
-    batch = td._batch_size
     index_type = type(index)
-    if index_type is int:
-        if not batch:
-            raise _zero_dim_error(index)
-        size = batch[0]
-        if not -size <= index < size:
-            raise _out_of_bounds(index, size)
-        new_batch = _row_batch(batch)
-        names = td._names
-        return td._new_unsafe(_index_storage(td._tensordict, index, len(batch), new_batch), new_batch, td._device,
-                              names[1:] if names is not None and any(names[1:]) else None)
-    if index_type is slice:
-        if not batch:
-            raise _zero_dim_error(index)
-        start, stop, step = index.indices(batch[0])
-        if step <= 0:
-            raise ValueError("step must be greater than zero")
-        new_batch = _Size((len(range(start, stop, step)),)) + batch[1:]
-        return td._new_unsafe(_index_storage(td._tensordict, index, len(batch), new_batch), new_batch, td._device,
-                              td._names)
+    if index_type is int or index_type is slice:
+        storage: dict = {}
+        new_batch, names = index_basic(td._tensordict, td._batch_size, td._names, index, storage)
+        return td._new_unsafe(storage, new_batch, td._device, names)
+    batch = td._batch_size
     if isinstance(index, _Tensor) and index.dim() == 1 and batch:
         rows = None
         if index.dtype in _ROW_DTYPES:
@@ -291,7 +322,7 @@ def _index_general(td: Any, index: Any) -> Any:
                               new_batch, td._device)
     probe_result = batch_probe(batch)[items]  # validates the index, gives the batch size
     new_batch = probe_result.shape
-    return td._new_unsafe(_index_storage(td._tensordict, items, n_batch, new_batch), new_batch, td._device,
+    return td._new_unsafe(_index_storage(td._tensordict, items, n_batch, new_batch, {}), new_batch, td._device,
                           _indexed_names(td._names, items))
 
 

@@ -22,7 +22,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
+import torch
+
 from ._base import TensorCollection
+from ._indexing import index_basic as _index_basic
 from ._indexing import index_tensordict as _index_tensordict
 from ._keys import key_to_tuple
 from ._tensorclass_fields import (NON_TENSOR, FieldStorage, guard_all, no_field_error, set_instance_dict, set_td,
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 _object_new = object.__new__
+_Size = torch.Size
 
 # Methods whose TensorDict result is an entry (or a plain export), never the collection itself.
 _ENTRY_METHODS = frozenset({"get", "get_at", "pop", "popitem", "setdefault", "get_non_tensor", "to_dict",
@@ -203,8 +207,30 @@ class TensorDictMethods(FieldStorage):
 
     # ------------------------------------------------------------------ indexing
     def __getitem__(self, index: Any) -> "Self":
-        # The hot path of ``data[idx]``: straight to the batch indexing (a str is never a batch index).
-        if type(index) is str or (type(index) is tuple and index and type(index[0]) is str):
+        index_type = type(index)
+        if index_type is int or index_type is slice:
+            # The hot path of ``data[i]`` / ``data[a:b]``: index the storage dict and keep the
+            # result lazy, as a new instance is (no TensorDict built unless names or a lock need one).
+            td = self._td
+            if type(td) is tuple:
+                batch, device, names = td[0], td[1], None
+                if type(batch) is not _Size:
+                    batch = _Size(batch)
+            else:
+                batch, device, names = td._batch_size, td._device, td._names
+            new = _object_new(type(self))
+            storage = new.__dict__  # fresh and empty: filled in place (cheaper than setting one)
+            new_batch, names = _index_basic(self.__dict__, batch, names, index, storage)
+            if names is None and not self._tc_frozen:
+                set_td(new, (new_batch, device))
+            else:
+                result = (TensorDict if type(td) is tuple else type(td))._new_unsafe(storage, new_batch, device, names)
+                set_td(new, result)
+                if self._tc_frozen:
+                    result._lock_tree()
+            return new
+        # Any other batch index goes straight to the batch indexing (a str is never a batch index).
+        if index_type is str or (index_type is tuple and index and type(index[0]) is str):
             raise _field_index_error(index)
         td = self._td
         if type(td) is tuple:

@@ -340,7 +340,7 @@ def make_init(cls: type, specs: list) -> Callable:
     """Generate ``__init__`` (as dataclasses do) with one inlined fast path.
 
     When every field is a plain ``torch.Tensor`` whose leading dims match (and no
-    device is asked for), the storage dict is built in one go; the one-batch-dim check
+    device is asked for), they go straight into the storage dict; the one-batch-dim check
     uses the C length of a tensor (its first size, 0 for a 0-d tensor, hence ``b0 > 0``).
     Anything else goes through :func:`_build_storage`, which converts, validates and
     raises E-BATCH.
@@ -359,7 +359,6 @@ def make_init(cls: type, specs: list) -> Callable:
     params += ["batch_size=None", "device=None", "names=None", "**_tc_extra"]
     names = [spec.name for spec in specs]
     values = "(" + "".join(f"{name}, " for name in names) + ")"
-    literal = "{" + ", ".join(f"{name!r}: {name}" for name in names) + "}"
     plain = " and ".join(f"type({name}) is _tc_Tensor" for name in names) or "True"
     fast = all(spec.plain_tensor_ok for spec in specs)
     lines = [f"def __init__({this}, {', '.join(params)}):",
@@ -379,22 +378,22 @@ def make_init(cls: type, specs: list) -> Callable:
         if spec.has_default:
             lines += [f"    if {spec.name} is _tc_DEFAULT:",
                       f"        {spec.name} = _tc_default(_tc_F_{spec.name}, _tc_bs, _tc_dev)"]
+    build = f"_tc_set_dict({this}, _tc_build(_tc_specs, {values}, _tc_bs, _tc_dev))"
     if fast:
         length_checks = " and ".join(f"_tc_len({name}) == _tc_b0" for name in names) or "True"
+        # The fast path fills the instance's own (fresh) __dict__: cheaper than building a
+        # dict and setting it through the slot's descriptor.
+        stores = [f"        _tc_st[{name!r}] = {name}" for name in names]
         lines += ["    _tc_n = len(_tc_bs)",
-                  f"    if _tc_dev is None and {plain}:",
-                  "        if _tc_n == 1 and (_tc_b0 := _tc_bs[0]) > 0 and " + length_checks + ":",
-                  f"            _tc_st = {literal}",
-                  "        elif _tc_n == 0:",
-                  f"            _tc_st = {literal}",
-                  "        else:",
-                  f"            _tc_st = _tc_build(_tc_specs, {values}, _tc_bs, _tc_dev)",
+                  f"    if _tc_dev is None and {plain} and (_tc_n == 0 or (",
+                  "            _tc_n == 1 and (_tc_b0 := _tc_bs[0]) > 0 and " + length_checks + ")):",
+                  f"        _tc_st = {this}.__dict__",
+                  *stores,
                   "    else:",
-                  f"        _tc_st = _tc_build(_tc_specs, {values}, _tc_bs, _tc_dev)"]
+                  f"        {build}"]
     else:
-        lines += [f"    _tc_st = _tc_build(_tc_specs, {values}, _tc_bs, _tc_dev)"]
+        lines += [f"    {build}"]
     lines += [f"    _tc_set_td({this}, (_tc_bs, _tc_dev))",
-              f"    _tc_set_dict({this}, _tc_st)",
               "    if names is not None:",
               f"        {this}._tensordict.names = names"]
     if hasattr(cls, "__post_init__"):

@@ -64,15 +64,6 @@ def dispatch_to_method(torch_function: Callable, method_name: str,
 # --------------------------------------------------------------------------- stack
 
 
-def _same_sizes(storages: list) -> bool:
-    """Same number of keys everywhere: with every key of the first found in each, the key sets match."""
-    count = len(storages[0])
-    for storage in storages:
-        if len(storage) != count:
-            return False
-    return True
-
-
 def _exclusive_keys_error() -> RuntimeError:
     return RuntimeError(
         "The sets of keys in the tensordicts to stack are exclusive. Consider using "
@@ -158,12 +149,12 @@ def _combine_entry(result: dict, key: str, leaf: Any, leaves: list, dim: int, n_
         except (RuntimeError, TypeError) as error:
             raise _combine_error(key, leaves, kind.verb, error) from error
     elif isinstance(leaf, TensorCollection):
-        if not all(isinstance(item, TensorCollection) for item in leaves):
+        collected = _collect(leaves)
+        if collected is None:
             raise _combine_error(key, leaves, kind.verb, TypeError())
-        inners = [unwrap(item) for item in leaves]
+        inners, storages, same_sizes = collected
         inner_batch = new_batch + kind.nested_extra(inners, key, n_batch)
-        storages = [item._tensordict for item in inners]
-        if not _same_sizes(storages):
+        if not same_sizes:
             raise kind.keys_error(storages)
         collection = out.get(key) if out is not None else None
         if isinstance(collection, TensorCollection):
@@ -179,18 +170,21 @@ def _combine_entry(result: dict, key: str, leaf: Any, leaves: list, dim: int, n_
 
 def _stacked_extra(inners: list, key: str, n_batch: int) -> torch.Size:
     """Sub-TensorDicts to stack must have the same batch size."""
-    batch = inners[0]._batch_size
-    for position, inner in enumerate(inners):
-        if inner._batch_size != batch:
-            raise _incongruent_error(inners, position)
+    batches = [inner._batch_size for inner in inners]
+    batch = batches[0]
+    if batches.count(batch) != len(batches):
+        raise _incongruent_error(inners, next(position for position, size in enumerate(batches) if size != batch))
     return batch[n_batch:]
 
 
 def _concatenated_extra(inners: list, key: str, n_batch: int) -> torch.Size:
     """Sub-TensorDicts to concatenate must agree on their dims beyond the parent's batch."""
-    extra = inners[0]._batch_size[n_batch:]
-    for inner in inners:
-        if inner._batch_size[n_batch:] != extra:
+    batches = [inner._batch_size for inner in inners]
+    extra = batches[0][n_batch:]
+    if batches.count(batches[0]) == len(batches):  # the common case, checked at C level
+        return extra
+    for batch in batches:
+        if batch[n_batch:] != extra:
             raise RuntimeError(
                 f"cannot cat the sub-tensordicts at key {key!r}: their batch sizes "
                 f"{[item._batch_size for item in inners]} differ beyond the parent's batch dims"
@@ -212,18 +206,19 @@ def _stacked_names(first: Any, dim: int) -> Optional[list]:
     return names[:dim] + [None] + names[dim:]
 
 
-def _collect(tds: Sequence[Any], verb: str) -> tuple:
+def _collect(tds: Sequence[Any]) -> Optional[tuple]:
     """``(inners, storages, same_sizes)``: the TensorDicts (a tensorclass's inner one) and their storages.
 
-    ``same_sizes`` tells whether every storage has as many keys as the first.
-    The common case (plain TensorDicts) is checked with C-level list operations.
+    ``same_sizes`` tells whether every storage has as many keys as the first;
+    None when an element is not a TensorDict or tensorclass. The common case
+    (plain TensorDicts) is checked with C-level list operations.
     """
     try:
         storages: Any = [td._tensordict for td in tds]
     except AttributeError:
         storages = None
     if storages is not None and list(map(type, storages)).count(dict) == len(storages):
-        inners = list(tds)
+        inners = tds  # only read, never changed
     else:
         inners, storages = [], []
         storage: Any
@@ -231,16 +226,23 @@ def _collect(tds: Sequence[Any], verb: str) -> tuple:
             storage = getattr(td, "_tensordict", None)
             if type(storage) is not dict:
                 if not isinstance(td, TensorCollection):
-                    raise TypeError(
-                        f"torch.{verb} of TensorDicts got an element that is not a TensorDict: "
-                        f"{[type(item).__name__ for item in tds]}."
-                    )
+                    return None
                 td = storage  # a tensorclass: the TensorDict of its fields
                 storage = td._tensordict
             inners.append(td)
             storages.append(storage)
     sizes = list(map(len, storages))
     return inners, storages, sizes.count(sizes[0]) == len(sizes)
+
+
+def _collect_or_raise(tds: Sequence[Any], verb: str) -> tuple:
+    collected = _collect(tds)
+    if collected is None:
+        raise TypeError(
+            f"torch.{verb} of TensorDicts got an element that is not a TensorDict: "
+            f"{[type(item).__name__ for item in tds]}."
+        )
+    return collected
 
 
 def stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
@@ -254,7 +256,7 @@ def stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     """
     if not len(tensors):
         raise RuntimeError("stack expects a non-empty TensorList")
-    inners, storages, same_sizes = _collect(tensors, "stack")
+    inners, storages, same_sizes = _collect_or_raise(tensors, "stack")
     first_inner = inners[0]
     batch = first_inner._batch_size
     batches = [inner._batch_size for inner in inners]
@@ -329,7 +331,7 @@ def cat(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     """
     if not len(tensors):
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")
-    inners, storages, same_sizes = _collect(tensors, "cat")
+    inners, storages, same_sizes = _collect_or_raise(tensors, "cat")
     first_inner = inners[0]
     batch = first_inner._batch_size
     n_batch = len(batch)
@@ -339,15 +341,18 @@ def cat(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
         )
     if dim < 0:
         dim += n_batch
-    total = 0
-    for inner in inners:
-        other = inner._batch_size
-        if other != batch and (len(other) != n_batch or other[:dim] != batch[:dim]
-                               or other[dim + 1:] != batch[dim + 1:]):
-            # torch's own message, worded for the batch shapes.
-            torch.cat([batch_probe(item._batch_size) for item in inners], dim)
-            raise RuntimeError(f"cannot cat tensordicts of batch sizes {[item._batch_size for item in inners]}")
-        total += other[dim]
+    batches = [inner._batch_size for inner in inners]
+    if batches.count(batch) == len(batches):  # the common case, checked at C level
+        total = batch[dim] * len(batches)
+    else:
+        total = 0
+        for other in batches:
+            if other != batch and (len(other) != n_batch or other[:dim] != batch[:dim]
+                                   or other[dim + 1:] != batch[dim + 1:]):
+                # torch's own message, worded for the batch shapes.
+                torch.cat([batch_probe(size) for size in batches], dim)
+                raise RuntimeError(f"cannot cat tensordicts of batch sizes {batches}")
+            total += other[dim]
     if not same_sizes:
         raise _cat_keys_error(storages)
     new_batch = _Size((*batch[:dim], total, *batch[dim + 1:]))

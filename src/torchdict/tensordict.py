@@ -90,6 +90,10 @@ class TensorDict(
         "__weakref__",
     )
 
+    # torch looks ``__torch_function__`` up on every TensorDict argument in a way that walks
+    # the MRO each time (measured); found first here, ``torch.stack`` of 10 saves ~2 µs.
+    __torch_function__ = TorchFunctionMixin.__dict__["__torch_function__"]
+
     # ------------------------------------------------------------------ construction
     def __init__(
         self,
