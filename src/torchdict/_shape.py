@@ -104,14 +104,18 @@ def view(td: Any, args: tuple, size: Any, batch_size: Any) -> Any:
         shape = parse_shape(args)
     else:
         shape = tuple(size if size is not None else (batch_size if batch_size is not None else ()))
+    return _resize(td, shape, "view")
+
+
+def _resize(td: Any, shape: tuple, method: str) -> Any:
+    """``view`` / ``reshape`` of the batch dims to ``shape`` (``-1`` inferred); ``td`` itself when unchanged."""
     batch = td._batch_size
     if shape == tuple(batch):
         return td
     new_batch = infer_shape(shape, batch.numel())
     if new_batch == batch:
         return td
-    n_batch = len(batch)
-    return map_batch(td, _resizer("view", new_batch, n_batch), new_batch)
+    return map_batch(td, _resizer(method, new_batch, len(batch)), new_batch)
 
 
 def view_dtype(td: Any, dtype: torch.dtype) -> Any:
@@ -129,15 +133,7 @@ def view_dtype(td: Any, dtype: torch.dtype) -> Any:
 
 
 def reshape(td: Any, args: tuple) -> Any:
-    shape = parse_shape(args)
-    batch = td._batch_size
-    if shape == tuple(batch):
-        return td
-    new_batch = infer_shape(shape, batch.numel())
-    if new_batch == batch:
-        return td
-    n_batch = len(batch)
-    return map_batch(td, _resizer("reshape", new_batch, n_batch), new_batch)
+    return _resize(td, parse_shape(args), "reshape")
 
 
 def unsqueeze(td: Any, dim: int) -> Any:

@@ -272,22 +272,8 @@ def stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     if dim < 0:
         dim += n_batch + 1
     new_batch = _Size((*batch[:dim], len(inners), *batch[dim:])) if dim else _Size((len(inners), *batch))
-    if out is not None:
-        out_inner = unwrap(out)
-        if out_inner._batch_size != new_batch:
-            raise RuntimeError(
-                f"the out tensordict has batch size {out_inner._batch_size}, expected {new_batch} for the stack"
-            )
-        _combine_storage(storages, dim, n_batch, new_batch, out_inner._tensordict, _STACK)
-        return out
-    storage = _combine_storage(storages, dim, n_batch, new_batch, None, _STACK)
-    device = first_inner._device
-    if device is None:
-        device = _merged_device(inners)
     names = None if first_inner._names is None else _stacked_names(first_inner, dim)
-    result = first_inner._new_unsafe(storage, new_batch, device, names)
-    first = tensors[0]
-    return result if first is first_inner else rewrap(first, result)
+    return _combined(tensors, inners, storages, dim, n_batch, new_batch, names, out, _STACK)
 
 
 # --------------------------------------------------------------------------- cat
@@ -356,19 +342,27 @@ def cat(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     if not same_sizes:
         raise _cat_keys_error(storages)
     new_batch = _Size((*batch[:dim], total, *batch[dim + 1:]))
+    return _combined(tensors, inners, storages, dim, n_batch, new_batch, first_inner._names, out, _CAT)
+
+
+def _combined(tensors: Sequence[Any], inners: Sequence[Any], storages: Sequence[dict], dim: int, n_batch: int,
+              new_batch: torch.Size, names: Optional[list], out: Any, kind: Any) -> Any:
+    """The result of a stack or cat: written into ``out``, or a new collection of the first input's kind."""
     if out is not None:
         out_inner = unwrap(out)
         if out_inner._batch_size != new_batch:
+            operation = "stack" if kind is _STACK else "cat"
             raise RuntimeError(
-                f"the out tensordict has batch size {out_inner._batch_size}, expected {new_batch} for the cat"
+                f"the out tensordict has batch size {out_inner._batch_size}, expected {new_batch} for the {operation}"
             )
-        _combine_storage(storages, dim, n_batch, new_batch, out_inner._tensordict, _CAT)
+        _combine_storage(storages, dim, n_batch, new_batch, out_inner._tensordict, kind)
         return out
-    storage = _combine_storage(storages, dim, n_batch, new_batch, None, _CAT)
+    storage = _combine_storage(storages, dim, n_batch, new_batch, None, kind)
+    first_inner = inners[0]
     device = first_inner._device
     if device is None:
         device = _merged_device(inners)
-    result = first_inner._new_unsafe(storage, new_batch, device, first_inner._names)
+    result = first_inner._new_unsafe(storage, new_batch, device, names)
     first = tensors[0]
     return result if first is first_inner else rewrap(first, result)
 

@@ -241,10 +241,7 @@ def run_map(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, chun
             except BaseException:
                 pool.terminate()
                 raise
-            if own_pool:
-                pool.close()
-            else:
-                pool._end_job(execution.workers)
+            _release(pool, own_pool, execution)
     finally:
         progress.close()
     return _finish(outcomes, plan, output[0], out is not None, on_disk)
@@ -340,9 +337,14 @@ def _iterate(td: Any, fn: Callable, plan: Any, workers: int, pool: Any, generato
             # workers may be busy with chunks nobody will read; stop them now.
             pool.terminate()
             raise
-        if own_pool:
-            pool.close()
-        else:
-            pool._end_job(execution.workers)
+        _release(pool, own_pool, execution)
     finally:
         progress.close()
+
+
+def _release(pool: Any, own_pool: bool, execution: Any) -> None:
+    """After a job that ran to the end: close a pool made for it, or hand a caller's pool back."""
+    if own_pool:
+        pool.close()
+    else:
+        pool._end_job(execution.workers)
