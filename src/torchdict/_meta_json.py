@@ -50,7 +50,14 @@ def tensor_entry(file_name: str, tensor: torch.Tensor) -> dict:
     >>> tensor_entry("w.memmap", torch.zeros(2, 3))
     {'kind': 'tensor', 'file': 'w.memmap', 'dtype': 'torch.float32', 'shape': [2, 3]}
     """
-    return {"kind": "tensor", "file": file_name, "dtype": str(tensor.dtype), "shape": list(tensor.shape)}
+    dtype = tensor.dtype
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype)  # str(dtype) builds a new string each call
+    return {"kind": "tensor", "file": file_name, "dtype": name, "shape": list(tensor.shape)}
+
+
+_DTYPE_NAMES: dict = {}  # torch.float32 -> "torch.float32"
 
 
 def folder_meta(batch_size: torch.Size, names: Any, class_name: str | None, entries: dict) -> dict:

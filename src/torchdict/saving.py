@@ -13,8 +13,8 @@ On-disk format (``"format": "torchdict"``, version 1): one folder per TensorDict
   folder whose save did not finish has no ``meta.json`` and refuses to load.
 
 A save is planned first (every refusal happens before the first byte is written), then run:
-``meta.json`` files removed root first, tensor files written (from a thread pool with
-``num_threads``), ``meta.json`` files written children first, the root last.
+``meta.json`` files removed root first, tensor files written (from ``num_threads`` threads
+with ``num_threads > 1``), ``meta.json`` files written children first, the root last.
 
 The other concerns live in their own modules:
 
@@ -294,17 +294,18 @@ def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool) ->
     nodes = list(_walk(root))
     metas: dict = {}
     if root.path is not None:
-        fresh = {id(node): _make_folder(node.path, node is root) for node in nodes}
         metas = {id(node): folder_meta(node.td._batch_size, node.td._names, node.class_name, node.entries)
                  for node in nodes}
-        for node in nodes:  # root first
-            if fresh[id(node)]:
-                continue
+        stale = []
+        for node in nodes:  # root first, so that parents exist before their children
             if options.like and meta_unchanged(node.path, metas[id(node)]):
                 # memmap_like writes no data: files only get (re)sized to what this very
                 # meta.json already describes, so the folder stays consistent throughout.
+                # (Its meta.json exists, so the folder does: no second stat.)
                 metas[id(node)] = None
-                continue
+            elif not _make_folder(node.path, node is root):
+                stale.append(node)
+        for node in stale:
             # Mark the folder incomplete before touching a file: a save killed from here on
             # leaves no meta.json that would describe half-written data.
             remove_meta(node.path)
