@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._convert import parse_batch_size, parse_device, to_leaf
+from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
 from ._errors import batch_mismatch_error, missing_key_error
 from .nontensor import NonTensorData
 
@@ -330,7 +330,7 @@ class _ApplyRun:
     def _checked(self, value: Any, name: Any, batch_size: torch.Size, n_batch: int) -> Any:
         """``fn``'s return as a leaf of a TensorDict of batch ``batch_size`` on the result's device."""
         if isinstance(value, _Tensor):
-            if value.shape[:n_batch] != batch_size:
+            if not fits_batch(value.shape, batch_size):
                 raise batch_mismatch_error(batch_size, value.shape, name)
             if self.device is not None and value.device != self.device:
                 value = value.to(self.device)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._convert import parse_batch_size, parse_device, to_leaf
+from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
 
@@ -329,7 +329,7 @@ def _build_storage(specs: list, values: tuple, batch_size: _Size, device: Any) -
         if value is None:
             continue
         if (type(value) is _Tensor and device is None and spec.plain_tensor_ok
-                and value.shape[:n_batch] == batch_size):
+                and fits_batch(value.shape, batch_size)):
             storage[spec.name] = value
         else:
             _store(storage, spec, value, batch_size, device)
