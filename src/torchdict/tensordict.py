@@ -17,6 +17,7 @@ from ._base import TensorCollection
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
 from ._convert import check_tensor, fits_batch, parse_batch_size, parse_device, to_leaf
 from ._errors import (
+    batch_mismatch_error,
     MessageKeyError,
     incompatible_batch_error,
     inplace_error,
@@ -488,9 +489,13 @@ class TensorDict(
                 raise locked_error()
             if isinstance(value, _Tensor):
                 batch_size = self._batch_size
-                if batch_size and not fits_batch(value.shape, batch_size):
-                    value = check_tensor(value, index, batch_size, self._device)
-                elif self._device is not None and value.device != self._device:
+                if batch_size:
+                    shape = value.shape
+                    # fits_batch's 1-d case, inlined: this line sets the speed of td[key] = tensor.
+                    if not (len(batch_size) == 1 and shape and shape[0] == batch_size[0]) and not fits_batch(
+                            shape, batch_size):
+                        raise batch_mismatch_error(batch_size, shape, index)
+                if self._device is not None and value.device != self._device:
                     value = value.to(self._device)
                 self._tensordict[index] = value
             else:
