@@ -503,18 +503,17 @@ class TensorDict(
             return
         if type(index) is tuple and index:
             # Fast path: a flat tuple of str through existing plain TensorDicts, a tensor value.
-            td = self
-            for key in index[:-1]:
-                if type(key) is not str or type(td) is not TensorDict:
+            td = parent = self
+            for key in index:
+                if type(td) is not TensorDict or type(key) is not str:
                     break
-                td = td._tensordict.get(key)
+                parent = td
+                td = td._tensordict.get(key)  # the last one is the entry being replaced (or None)
             else:
-                last = index[-1]
-                if (type(td) is TensorDict and type(last) is str and not td._is_locked
-                        and isinstance(value, _Tensor)
-                        and fits_batch(value.shape, td._batch_size)
-                        and (td._device is None or value.device == td._device)):
-                    td._tensordict[last] = value
+                if (not parent._is_locked and isinstance(value, _Tensor)
+                        and fits_batch(value.shape, parent._batch_size)
+                        and (parent._device is None or value.device == parent._device)):
+                    parent._tensordict[index[-1]] = value
                     return
             if _is_key_tuple(index):
                 self._set_path(key_to_tuple(index), value)
