@@ -26,35 +26,42 @@ def _storage(value: Any) -> dict:
 
 def iter_items(storage: dict, include_nested: bool, leaves_only: bool,
                is_leaf: Optional[Callable[[type], bool]], prefix: Tuple[str, ...] = ()) -> Iterator[tuple]:
-    """Yield ``(key, value)`` in insertion order, post-order for nested entries."""
+    """``(key, value)`` pairs in insertion order, post-order for nested entries."""
     if is_leaf is None:
-        yield from _iter_items_default(storage, include_nested, leaves_only, prefix)
-        return
+        # The common case: one list built by a plain recursion (much cheaper than nested generators).
+        items: list = []
+        _collect_default(storage, include_nested, leaves_only, prefix, items)
+        return iter(items)
+    return _iter_items_custom(storage, include_nested, leaves_only, is_leaf, prefix)
+
+
+def _iter_items_custom(storage: dict, include_nested: bool, leaves_only: bool,
+                       is_leaf: Callable[[type], bool], prefix: Tuple[str, ...]) -> Iterator[tuple]:
     for key, value in storage.items():
         full_key = prefix + (key,) if prefix else key
-        cls = type(value)
-        leaf = is_leaf(cls)
+        leaf = is_leaf(type(value))
         if include_nested and not leaf and isinstance(value, TensorCollection):
             nested_prefix = full_key if prefix else (key,)
-            yield from iter_items(_storage(value), True, leaves_only, is_leaf, nested_prefix)
+            yield from _iter_items_custom(_storage(value), True, leaves_only, is_leaf, nested_prefix)
         if not leaves_only or leaf:
             yield full_key, value
 
 
-def _iter_items_default(storage: dict, include_nested: bool, leaves_only: bool,
-                        prefix: Tuple[str, ...]) -> Iterator[tuple]:
-    # The common case (default is_leaf), with isinstance checks instead of a per-item call.
+def _collect_default(storage: dict, include_nested: bool, leaves_only: bool, prefix: Tuple[str, ...],
+                     out: list) -> None:
+    # Default is_leaf: isinstance checks instead of a per-item call.
+    append = out.append
     for key, value in storage.items():
         if isinstance(value, _Tensor):
-            yield (prefix + (key,) if prefix else key), value
+            append(((prefix + (key,) if prefix else key), value))
         elif isinstance(value, TensorCollection):
             nested_prefix = prefix + (key,)
             if include_nested:
-                yield from _iter_items_default(_storage(value), True, leaves_only, nested_prefix)
+                _collect_default(_storage(value), True, leaves_only, nested_prefix, out)
             if not leaves_only:
-                yield (nested_prefix if prefix else key), value
+                append(((nested_prefix if prefix else key), value))
         elif not leaves_only:
-            yield (prefix + (key,) if prefix else key), value
+            append(((prefix + (key,) if prefix else key), value))
 
 
 def _sort_key(key: Any) -> tuple:
@@ -81,7 +88,7 @@ class _View:
     def __len__(self) -> int:
         if not self.include_nested and not self.leaves_only:
             return len(self._td._tensordict)
-        return sum(1 for _ in self._items())
+        return len(list(self._items()))
 
 
 class KeysView(_View, Set):
@@ -92,7 +99,7 @@ class KeysView(_View, Set):
     def __iter__(self) -> Iterator[Any]:
         if not self.include_nested and not self.leaves_only and not self.sort:
             return iter(self._td._tensordict)
-        return (key for key, _ in self._items())
+        return iter([key for key, _ in self._items()])
 
     def __contains__(self, key: object) -> bool:
         from ._keys import key_to_tuple
