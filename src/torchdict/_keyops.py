@@ -366,24 +366,30 @@ def _rebatch_leaf(value: Any, batch_size: torch.Size) -> Any:
 
 def unflatten_keys(td: Any, separator: str, inplace: bool) -> Any:
     result = td._new_like({})
+    storage = result._tensordict
     for key, value in td._tensordict.items():
-        if isinstance(value, TensorCollection):
-            value = unflatten_keys(_as_td(value), separator, False)
-        parts = tuple(key.split(separator)) if separator in key else (key,)
-        existing = result._get_path(parts, None)
-        if existing is not None:
-            if isinstance(existing, TensorCollection) and isinstance(value, TensorCollection):
-                _merge_disjoint(_as_td(existing), _as_td(value), parts)
-                continue
+        if type(value) is type(td) or (isinstance(value, TensorCollection) and _as_td(value) is value):
+            value = unflatten_keys(value, separator, False)
+        if separator in key:
+            parts = tuple(key.split(separator))
+            try:
+                parent = result._parent_of(parts, create=True)
+            except KeyError:  # a level of the key is already a leaf
+                raise _unflatten_collision(parts) from None
+            target, last = parent._tensordict, parts[-1]
+        else:
+            parts, target, last = (key,), storage, key
+        existing = target.get(last)
+        if existing is None:
+            target[last] = value
+        elif isinstance(existing, TensorCollection) and isinstance(value, TensorCollection):
+            _merge_disjoint(_as_td(existing), _as_td(value), parts)
+        else:
             raise _unflatten_collision(parts)
-        parent = result._parent_of(parts, create=True) if len(parts) > 1 else result
-        if parts[-1] in parent._tensordict:
-            raise _unflatten_collision(parts)
-        parent._tensordict[parts[-1]] = value
     if inplace:
         td._check_unlocked()
         td._tensordict.clear()
-        td._tensordict.update(result._tensordict)
+        td._tensordict.update(storage)
         return td
     return result
 
