@@ -159,7 +159,8 @@ def advanced_index(draw: Any, batch: torch.Size, unique: bool = False) -> Any:
     if len(batch) == 1:
         return (torch.tensor(rows),)
     rest: Any = slice(None)
-    if len(batch) > 1 and draw(st.booleans()):
+    # Unique pairs need as many distinct values on dim 1 as there are rows.
+    if len(batch) > 1 and (not unique or batch[1] >= len(rows)) and draw(st.booleans()):
         rest = torch.tensor(draw(st.lists(st.integers(0, batch[1] - 1), min_size=len(rows), max_size=len(rows),
                                           unique=unique)))
     return (torch.tensor(rows), rest)
