@@ -11,7 +11,7 @@ from ._convert import fits_batch, to_leaf
 from ._errors import MessageKeyError, locked_error, missing_key_error
 from ._keys import key_to_tuple
 from ._views import iter_items
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NonTensorData
 
 _MISSING: Any = object()
 _Tensor = torch.Tensor
@@ -407,7 +407,3 @@ def _merge_disjoint(target: Any, source: Any, prefix: tuple) -> None:
             _merge_disjoint(_as_td(existing), _as_td(value), prefix + (key,))
         else:
             raise _unflatten_collision(prefix + (key,))
-
-
-def is_non_tensor_leaf(value: Any) -> bool:
-    return type(value) in (NonTensorData, NonTensorStack)
