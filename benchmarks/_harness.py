@@ -513,3 +513,28 @@ def plot_ratios(suite: str, results: list[CaseResult], path: str) -> bool:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return True
+
+
+# --- plain-dict tree helpers shared by the floors of several suites ---------------------------
+
+
+def flatten_tree(tree: dict, prefix: str = "", out: dict | None = None) -> dict:
+    out = {} if out is None else out
+    for key, value in tree.items():
+        name = prefix + key
+        if isinstance(value, dict):
+            flatten_tree(value, name + ".", out)
+        else:
+            out[name] = value
+    return out
+
+
+def unflatten_tree(flat: dict) -> dict:
+    root: dict = {}
+    for name, value in flat.items():
+        *parents, last = name.split(".")
+        node = root
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return root

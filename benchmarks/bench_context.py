@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from _harness import FLOOR, Case, for_libraries
+from _harness import FLOOR, Case, flatten_tree, for_libraries, unflatten_tree
 
 BATCH = torch.Size([16])
 FEATURES = 3
@@ -31,27 +31,6 @@ def nested_source(depth: int = NESTED_DEPTH, width: int = LEAVES_PER_LEVEL) -> d
     for _ in range(depth):
         level = {**{f"x{i}": _leaf() for i in range(width)}, "sub": level}
     return level
-
-
-def _flatten(tree: dict, prefix: str = "", out: dict | None = None) -> dict:
-    out = {} if out is None else out
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            _flatten(value, prefix + key + ".", out)
-        else:
-            out[prefix + key] = value
-    return out
-
-
-def _unflatten(flat: dict) -> dict:
-    root: dict = {}
-    for name, value in flat.items():
-        *parents, last = name.split(".")
-        node = root
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return root
 
 
 def _copy_tree(tree: dict) -> dict:
@@ -92,9 +71,9 @@ def _flatten_keys_cases() -> list[Case]:
         tree = _copy_tree(source)  # its own dicts: the job rewrites them
 
         def run():
-            flat = _flatten(tree)
+            flat = flatten_tree(tree)
             flat[DEEP_KEY] += 1
-            _update(tree, _unflatten(flat))
+            _update(tree, unflatten_tree(flat))
 
         return run
 

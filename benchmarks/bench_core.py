@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from _harness import FLOOR, TORCHDICT, UPSTREAM, Case, for_libraries
+from _harness import flatten_tree, unflatten_tree, FLOOR, TORCHDICT, UPSTREAM, Case, for_libraries
 
 BATCH = torch.Size([16])
 BATCH_LEN = BATCH[0]  # the floor's check: `value.shape[0] != BATCH_LEN` (cheapest correct test for 1 batch dim)
@@ -63,28 +63,6 @@ def _leaf_keys(tree: dict, prefix: tuple = ()):
             yield from _leaf_keys(value, prefix + (key,))
         else:
             yield prefix + (key,) if prefix else key
-
-
-def _flatten(tree: dict, prefix: str = "", out: dict | None = None) -> dict:
-    out = {} if out is None else out
-    for key, value in tree.items():
-        name = prefix + key
-        if isinstance(value, dict):
-            _flatten(value, name + ".", out)
-        else:
-            out[name] = value
-    return out
-
-
-def _unflatten(flat: dict) -> dict:
-    root: dict = {}
-    for name, value in flat.items():
-        *parents, last = name.split(".")
-        node = root
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return root
 
 
 def _visit_subdicts(tree: dict, seen: set) -> None:
@@ -340,7 +318,7 @@ def _restructure_cases() -> list[Case]:
         return lambda: td.flatten_keys()
 
     def flat_dotted_source():
-        return _flatten(nested_source())
+        return flatten_tree(nested_source())
 
     def unflatten_keys(lib, source):
         td = lib.TensorDict(source, batch_size=BATCH)
@@ -374,12 +352,12 @@ def _restructure_cases() -> list[Case]:
         Case(
             "flatten_keys (nested depth 5)",
             setup=nested_source,
-            impls={**for_libraries(flatten_keys), FLOOR: lambda source: lambda: _flatten(source)},
+            impls={**for_libraries(flatten_keys), FLOOR: lambda source: lambda: flatten_tree(source)},
         ),
         Case(
             "unflatten_keys (depth 5)",
             setup=flat_dotted_source,
-            impls={**for_libraries(unflatten_keys), FLOOR: lambda source: lambda: _unflatten(source)},
+            impls={**for_libraries(unflatten_keys), FLOOR: lambda source: lambda: unflatten_tree(source)},
         ),
         Case(
             "lock_ + unlock_ (nested depth 5)",

@@ -5,15 +5,9 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from test_printing import SEED_FLAT as SEED_FLAT_REPR  # the guide's first printed TensorDict
 
-SEED_FLAT_REPR = """TensorDict(
-    fields={
-        a: Tensor(shape=torch.Size([]), device=cpu, dtype=torch.int64, is_shared=False),
-        b: Tensor(shape=torch.Size([]), device=cpu, dtype=torch.int64, is_shared=False)},
-    batch_size=torch.Size([]),
-    device=None,
-    is_shared=False)"""
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.slow
