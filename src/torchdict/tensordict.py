@@ -362,7 +362,8 @@ class TensorDict(
                 value = self._tensordict[index]
             except KeyError:
                 raise missing_key_error(index, self._tensordict) from None
-            if isinstance(value, _Tensor):
+            # `type(...) is` rather than isinstance: this test sets the speed of td[key].
+            if type(value) is _Tensor:
                 return value
             return value.data if type(value) in _NON_TENSOR else value
         return self._getitem_slow(index)
@@ -501,21 +502,37 @@ class TensorDict(
             else:
                 self._set_path((index,), value)
             return
-        if type(index) is tuple and index:
-            # Fast path: a flat tuple of str through existing plain TensorDicts, a tensor value.
-            td = parent = self
-            for key in index:
-                if type(td) is not TensorDict or type(key) is not str:
-                    break
-                parent = td
-                td = td._tensordict.get(key)  # the last one is the entry being replaced (or None)
-            else:
-                if (not parent._is_locked and isinstance(value, _Tensor)
-                        and fits_batch(value.shape, parent._batch_size)
-                        and (parent._device is None or value.device == parent._device)):
-                    parent._tensordict[index[-1]] = value
+        if type(index) is tuple:
+            # Fast path: a tensor written through existing plain TensorDicts. Stored keys are
+            # str only, so a nested tuple, an int or an unhashable index among the levels misses
+            # (KeyError/TypeError) and anything unusual takes the general path below. The first
+            # two levels are unrolled: a loop over index[:-1] costs more than the lookups.
+            try:
+                depth = len(index)
+                last = index[-1]
+                parent = self
+                if depth > 1:
+                    parent = self._tensordict[index[0]]
+                    if depth > 2 and type(parent) is TensorDict:
+                        parent = parent._tensordict[index[1]]
+                        for key in index[2:-1]:
+                            if type(parent) is not TensorDict:
+                                break
+                            parent = parent._tensordict[key]
+            except (KeyError, TypeError, IndexError):
+                parent = None
+            if (type(parent) is TensorDict and type(last) is str and isinstance(value, _Tensor)
+                    and not parent._is_locked and (parent._device is None or value.device == parent._device)):
+                batch_size = parent._batch_size
+                shape = value.shape
+                if len(batch_size) == 1:
+                    fits = shape and shape[0] == batch_size[0]
+                else:
+                    fits = fits_batch(shape, batch_size)
+                if fits:
+                    parent._tensordict[last] = value
                     return
-            if _is_key_tuple(index):
+            if index and _is_key_tuple(index):
                 self._set_path(key_to_tuple(index), value)
                 return
         self._set_at_index(index, value)
