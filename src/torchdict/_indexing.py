@@ -171,6 +171,7 @@ def indexed_batch_size(index: Any, batch_size: torch.Size) -> tuple:
 
 # --------------------------------------------------------------------------- reading
 
+_NO_BATCH = torch.Size(())
 _ROW_BATCH: dict = {}  # batch size -> the batch size without its first dim (td[i] is a hot path)
 
 
@@ -183,18 +184,25 @@ def _row_batch(batch: torch.Size) -> torch.Size:
     return rest
 
 
-# (start, stop, step, batch size) -> the batch size of td[start:stop:step] (td[a:b] is a hot path,
-# and building a torch.Size is slow).
+# (slice.start, slice.stop, slice.step, batch size) -> the batch size of td[start:stop:step].
+# td[a:b] is a hot path: the raw bounds are the key (cheaper than slice.indices), and
+# building a torch.Size is slow.
 _SLICE_BATCH: dict = {}
 
 
-def _slice_batch(key: tuple) -> torch.Size:
+def slice_batch(key: tuple) -> torch.Size:
+    """The batch size after slicing dim 0 with ``slice(*key[:3])``; cached when the bounds are ints."""
     start, stop, step, batch = key
-    if step <= 0:
+    rows = range(*slice(start, stop, step).indices(batch[0]))
+    if rows.step <= 0:
         raise ValueError("step must be greater than zero")
-    if len(_SLICE_BATCH) > 512:
-        _SLICE_BATCH.clear()
-    new_batch = _SLICE_BATCH[key] = _Size((len(range(start, stop, step)),)) + batch[1:]
+    new_batch = _Size((len(rows),)) + batch[1:]
+    # Only plain bounds are cached: an index-like object (a 0-d tensor) would be kept alive
+    # and hashed by identity.
+    if all(bound is None or type(bound) is int for bound in (start, stop, step)):
+        if len(_SLICE_BATCH) > 512:
+            _SLICE_BATCH.clear()
+        _SLICE_BATCH[key] = new_batch
     return new_batch
 
 
@@ -211,20 +219,30 @@ def index_basic(storage: dict, batch: torch.Size, names: Optional[list], index: 
         size = batch[0]
         if not -size <= index < size:
             raise _out_of_bounds(index, size)
-        new_batch = _ROW_BATCH.get(batch)
-        if new_batch is None:
-            new_batch = _row_batch(batch)
+        if len(batch) == 1:
+            new_batch = _NO_BATCH
+        else:
+            new_batch = _ROW_BATCH.get(batch)
+            if new_batch is None:
+                new_batch = _row_batch(batch)
         if names is not None:
             names = names[1:] if any(names[1:]) else None
     else:
-        key = (*index.indices(batch[0]), batch)
-        new_batch = _SLICE_BATCH.get(key)
+        key = (index.start, index.stop, index.step, batch)
+        try:
+            new_batch = _SLICE_BATCH.get(key)
+        except TypeError:  # an unhashable bound: slice_batch raises the usual error
+            new_batch = None
         if new_batch is None:
-            new_batch = _slice_batch(key)
+            new_batch = slice_batch(key)
     # _index_storage's loop, inlined: one call less on the hottest indexing path.
     n_batch = len(batch)
     for key, leaf in storage.items():
-        result[key] = leaf[index] if isinstance(leaf, _Tensor) else _index_entry(leaf, index, n_batch, new_batch)
+        # The exact-type test first: it is cheaper than isinstance and true for most leaves.
+        if type(leaf) is _Tensor or isinstance(leaf, _Tensor):
+            result[key] = leaf[index]
+        else:
+            result[key] = _index_entry(leaf, index, n_batch, new_batch)
     return new_batch, names
 
 

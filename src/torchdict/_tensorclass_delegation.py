@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
+from ._indexing import _NO_BATCH, _SLICE_BATCH, slice_batch
 from ._indexing import index_basic as _index_basic
 from ._indexing import index_tensordict as _index_tensordict
 from ._keys import key_to_tuple
@@ -212,14 +213,33 @@ class TensorDictMethods(FieldStorage):
             # The hot path of ``data[i]`` / ``data[a:b]``: index the storage dict and keep the
             # result lazy, as a new instance is (no TensorDict built unless names or a lock need one).
             td = self._td
-            if type(td) is tuple:
-                batch, device, names = td[0], td[1], None
-                if type(batch) is not _Size:
-                    batch = _Size(batch)
-            else:
-                batch, device, names = td._batch_size, td._device, td._names
             new = _object_new(type(self))
             storage = new.__dict__  # fresh and empty: filled in place (cheaper than setting one)
+            if type(td) is tuple:
+                batch, device = td
+                if type(batch) is not _Size:
+                    # Made a torch.Size once, then kept: construction leaves a plain tuple.
+                    batch = _Size(batch)
+                    set_td(self, (batch, device))
+                if not self._tc_frozen and len(batch) == 1:
+                    # One batch dim, every field a plain tensor: the class's unrolled indexer.
+                    size = batch[0]
+                    if index_type is int:
+                        new_batch = _NO_BATCH if -size <= index < size else None
+                    else:
+                        key = (index.start, index.stop, index.step, batch)
+                        try:
+                            new_batch = _SLICE_BATCH.get(key)
+                        except TypeError:  # an unhashable bound: slice_batch raises the usual error
+                            new_batch = None
+                        if new_batch is None:
+                            new_batch = slice_batch(key)
+                    if new_batch is not None and self._tc_index_leaves(self.__dict__, index, storage):
+                        set_td(new, (new_batch, device))
+                        return new
+                names = None
+            else:
+                batch, device, names = td._batch_size, td._device, td._names
             new_batch, names = _index_basic(self.__dict__, batch, names, index, storage)
             if names is None and not self._tc_frozen:
                 set_td(new, (new_batch, device))

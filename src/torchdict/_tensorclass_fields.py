@@ -64,6 +64,7 @@ class FieldStorage(TensorCollection):
     _tc_options = dict.fromkeys(OPTION_NAMES, False)  # type: dict
     _tc_is_template = True
     _tc_frozen = False
+    _tc_index_leaves = staticmethod(lambda source, index, out: False)  # replaced per class (make_leaf_indexer)
 
 
 set_td = FieldStorage.__dict__["_td"].__set__
@@ -310,6 +311,7 @@ def install_fields(cls: type, fields: tuple) -> None:
     cls._tc_fields = {spec.name: spec for spec in specs}
     cls._tc_field_names = tuple(spec.name for spec in specs)
     cls._tc_field_set = frozenset(cls._tc_field_names)
+    cls._tc_index_leaves = staticmethod(make_leaf_indexer(cls._tc_field_names))
     previous_init = cls.__dict__.get("__init__")
     if previous_init is None or getattr(previous_init, "_tc_generated", False):
         cls.__init__ = make_init(cls, specs)
@@ -337,7 +339,7 @@ def _build_storage(specs: list, values: tuple, batch_size: _Size, device: Any) -
 
 
 def make_init(cls: type, specs: list) -> Callable:
-    """Generate ``__init__`` (as dataclasses do) with one inlined fast path.
+    """Generate ``__init__`` (as dataclasses do) with inlined fast paths.
 
     When every field is a plain ``torch.Tensor`` whose leading dims match (and no
     device is asked for), they go straight into the storage dict; the one-batch-dim check
@@ -360,11 +362,25 @@ def make_init(cls: type, specs: list) -> Callable:
     names = [spec.name for spec in specs]
     values = "(" + "".join(f"{name}, " for name in names) + ")"
     plain = " and ".join(f"type({name}) is _tc_Tensor" for name in names) or "True"
-    fast = all(spec.plain_tensor_ok for spec in specs)
     lines = [f"def __init__({this}, {', '.join(params)}):",
              "    if _tc_extra:",
-             "        raise _tc_no_field(_tc_cls, next(iter(_tc_extra)))",
-             "    if batch_size is None:",
+             "        raise _tc_no_field(_tc_cls, next(iter(_tc_extra)))"]
+    fast = all(spec.plain_tensor_ok for spec in specs)
+    if fast and names and not any(spec.has_default for spec in specs):
+        # The commonest call, ``Cls(*tensors, batch_size=[n])``, first and with the fewest
+        # steps: one batch dim given as a list, no device, no names, plain tensors whose C
+        # length (first size; 0 for a 0-d tensor, hence n > 0) is n. Anything else falls
+        # through to the general code below, which converts, validates and raises.
+        lengths = " and ".join(f"_tc_len({name}) == _tc_b0" for name in names)
+        lines += ["    if type(batch_size) is list and len(batch_size) == 1 and device is None and names is None:",
+                  "        _tc_b0 = batch_size[0]",
+                  f"        if type(_tc_b0) is int and _tc_b0 > 0 and {plain} and {lengths}:",
+                  f"            _tc_st = {this}.__dict__",
+                  *[f"            _tc_st[{name!r}] = {name}" for name in names],
+                  f"            _tc_set_td({this}, ((_tc_b0,), None))",
+                  *_init_epilogue(cls, this, indent="            "),
+                  "            return"]
+    lines += ["    if batch_size is None:",
              "        _tc_bs = _tc_EMPTY",
              "    elif type(batch_size) is _tc_Size:",
              "        _tc_bs = batch_size",
@@ -395,11 +411,8 @@ def make_init(cls: type, specs: list) -> Callable:
         lines += [f"    {build}"]
     lines += [f"    _tc_set_td({this}, (_tc_bs, _tc_dev))",
               "    if names is not None:",
-              f"        {this}._tensordict.names = names"]
-    if hasattr(cls, "__post_init__"):
-        lines.append(f"    {this}.__post_init__()")
-    if cls._tc_options["frozen"]:
-        lines.append(f"    {this}._tensordict._lock_tree()")
+              f"        {this}._tensordict.names = names",
+              *_init_epilogue(cls, this, indent="    ")]
     namespace: dict = {
         "_tc_DEFAULT": _DEFAULT, "_tc_EMPTY": _EMPTY_SIZE, "_tc_Size": _Size, "_tc_Tensor": _Tensor,
         "_tc_parse_batch_size": parse_batch_size, "_tc_parse_device": parse_device, "_tc_build": _build_storage,
@@ -413,6 +426,42 @@ def make_init(cls: type, specs: list) -> Callable:
     init.__module__ = cls.__module__
     init._tc_generated = True
     return init
+
+
+def _init_epilogue(cls: type, this: str, indent: str) -> list:
+    """The generated ``__init__``'s last lines: ``__post_init__`` and the lock of a frozen class."""
+    lines = []
+    if hasattr(cls, "__post_init__"):
+        lines.append(f"{indent}{this}.__post_init__()")
+    if cls._tc_options["frozen"]:
+        lines.append(f"{indent}{this}._tensordict._lock_tree()")
+    return lines
+
+
+def make_leaf_indexer(names: tuple) -> Callable:
+    """Generate ``index_leaves(source, index, out) -> bool`` for a class with these fields.
+
+    When ``source`` (an instance dict) holds every field as a plain ``torch.Tensor``, it
+    writes ``leaf[index]`` for each into ``out`` (in field order) and returns True;
+    otherwise it writes nothing and returns False, and the caller takes the general
+    path. Unrolled per class because a loop over the dict costs about as much as one
+    small tensor's indexing: this is the hot path of ``data[i]``.
+    """
+    lines = ["def index_leaves(source, index, out):",
+             f"    if len(source) != {len(names)}:",
+             "        return False",
+             "    try:"]
+    lines += [f"        _tc_{position} = source[{name!r}]" for position, name in enumerate(names)] or ["        pass"]
+    lines += ["    except KeyError:",
+              "        return False",
+              "    if " + (" and ".join(f"type(_tc_{position}) is _tc_Tensor" for position in range(len(names)))
+                         or "True") + ":"]
+    lines += [f"        out[{name!r}] = _tc_{position}[index]" for position, name in enumerate(names)]
+    lines += ["        return True",
+              "    return False"]
+    namespace: dict = {"_tc_Tensor": _Tensor}
+    exec("\n".join(lines), namespace)  # noqa: S102 - generated from field names only
+    return namespace["index_leaves"]
 
 
 def _wrap_user_init(user_init: Callable) -> Callable:
