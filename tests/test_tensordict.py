@@ -460,3 +460,57 @@ def test_fits_batch_agrees_with_slicing():
     shapes = [torch.Size(dims) for n in range(4) for dims in product([0, 1, 3], repeat=n)]
     for shape, batch_size in product(shapes, shapes):
         assert fits_batch(shape, batch_size) == (shape[: len(batch_size)] == batch_size)
+
+
+def _nested_for_writes() -> TensorDict:
+    return TensorDict(
+        {"leaf": torch.zeros(3), "a": {"b": {"c": torch.zeros(3, 2), "d": {"e": torch.zeros(3)}}},
+         "s": "text", "long": TensorDict({"x": torch.zeros(3, 5)}, batch_size=[3, 5])},
+        batch_size=[3],
+    )
+
+
+@pytest.mark.parametrize("key, path", [
+    (("a", "b", "c"), ("a", "b", "c")), (("a", "b", "d", "e"), ("a", "b", "d", "e")), (("a", "new"), ("a", "new")),
+    (("long", "x"), ("long", "x")), (("leaf",), ("leaf",)), (("a", ("b", ("c",))), ("a", "b", "c")),
+], ids=repr)
+def test_nested_tuple_write_equals_writing_the_innermost_dict(key, path):
+    # td[k0, ..., kn] = v is td[k0]...[kn-1][kn] = v, whatever the path's depth or spelling.
+    td = _nested_for_writes()
+    parent = td
+    for part in path[:-1]:
+        parent = parent[part]
+    value = torch.ones(*parent.batch_size, 7)
+    td[key] = value
+    assert td[path] is value and parent[path[-1]] is value
+
+
+@pytest.mark.parametrize("key, value, error, match", [
+    (("leaf", "x"), torch.ones(3), KeyError, "is a Tensor"),
+    (("a", "b", "c", "x"), torch.ones(3), KeyError, "is a Tensor"),
+    (("s", "x"), torch.ones(3), KeyError, "NonTensorData"),
+    (("a", "b", "c"), torch.ones(4), RuntimeError, "batch dimension mismatch"),
+    (("long", "x"), torch.ones(3, 4), RuntimeError, "batch dimension mismatch"),
+    (("a", "b", "c"), torch.ones(()), RuntimeError, "batch dimension mismatch"),
+], ids=lambda item: repr(item) if isinstance(item, tuple) else None)
+def test_bad_nested_tuple_writes_raise_and_change_nothing(key, value, error, match):
+    td = _nested_for_writes()
+    before = snapshot(td)
+    with pytest.raises(error, match=match):
+        td[key] = value
+    assert_same_snapshot(before, snapshot(td))
+
+
+def test_nested_tuple_write_respects_locks_and_casts_to_the_device():
+    td = _nested_for_writes()
+    td["a", "b"].lock_()
+    before = snapshot(td)
+    with pytest.raises(RuntimeError, match="locked"):
+        td["a", "b", "c"] = torch.ones(3, 2)
+    assert_same_snapshot(before, snapshot(td))
+    on_meta = TensorDict({"a": {"b": torch.zeros(2)}}, batch_size=[2], device="meta")
+    on_meta["a", "b"] = torch.ones(2)
+    assert on_meta["a", "b"].device == torch.device("meta")
+    assert td[()] is td
+    td[()] = 0.5  # an empty tuple is a batch index (every leaf), not a key
+    assert td["leaf"].eq(0.5).all() and td["a", "b", "c"].eq(0.5).all()
