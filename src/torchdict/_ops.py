@@ -43,6 +43,7 @@ from ._operands import (
     tensor_operands,
 )
 from ._reductions import ReductionsMixin, reduce
+from ._stacked import run_stacked, run_stacked_
 from .nontensor import NonTensorData
 
 _Tensor = torch.Tensor
@@ -55,16 +56,26 @@ _NO_FALLBACK = (TypeError, RuntimeError, NotImplementedError, ValueError)
 class PointwiseOp:
     """One pointwise op: the torch function per leaf, its reflected and in-place forms, its foreach forms."""
 
-    __slots__ = ("name", "per_leaf", "reflected", "inplace", "foreach", "foreach_")
+    __slots__ = ("name", "per_leaf", "reflected", "inplace", "foreach", "foreach_", "stackable")
 
     def __init__(self, name: str, *, reflected: Optional[Callable] = None, inplace: bool = True,
                  foreach: bool = False) -> None:
         self.name = name
+        # With a number, may run on the stack of the leaves (_stacked.py): only ops whose
+        # result doesn't depend on the kernel's vector width (transcendental ones like pow
+        # can differ in the last bit between the vectorised and the scalar code paths).
+        self.stackable = name in _EXACT_ON_ANY_LAYOUT
         self.per_leaf = getattr(torch, name, None) or getattr(_Tensor, name)
         self.reflected = reflected
         self.inplace = getattr(_Tensor, f"{name}_", None) if inplace else None
         self.foreach = getattr(torch, f"_foreach_{name}", None) if foreach else None
         self.foreach_ = getattr(torch, f"_foreach_{name}_", None) if foreach else None
+
+
+_EXACT_ON_ANY_LAYOUT = frozenset({
+    "add", "sub", "mul", "div", "maximum", "minimum", "clamp_min", "clamp_max", "eq", "ne", "lt", "le", "gt",
+    "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor",
+})
 
 
 def _swapped(python_operator: Callable) -> Callable:
@@ -131,6 +142,12 @@ def _run(op: PointwiseOp, leaves: list, other: Any, paired: bool, kwargs: dict, 
     """One result per leaf: ``op(leaf, other)``, or ``op(leaf, other[i])`` when ``paired``."""
     if not leaves:
         return []
+    if op.stackable and not kwargs and not paired:
+        fn = op.reflected if reflected else op.per_leaf
+        if fn is not None:
+            results = run_stacked(fn, leaves, other)
+            if results is not None:
+                return results
     if op.foreach is not None and not kwargs and not reflected:
         try:
             return op.foreach(leaves, other)
@@ -258,6 +275,8 @@ def binary_(td: Any, other: Any, op: PointwiseOp, kwargs: dict) -> Any:
         return td
     leaves, others = distinct_leaves(leaves, others)
     _preflight_binary(op, leaves, others, paired, kwargs)
+    if op.stackable and not kwargs and not paired and run_stacked_(op.inplace, leaves, others):
+        return td
     if op.foreach_ is not None and not kwargs:
         op.foreach_(leaves, others)
     elif paired:
