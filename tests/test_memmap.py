@@ -231,6 +231,60 @@ def test_a_view_does_not_relabel_the_tensor_it_came_from(on_disk):
     assert all(view.filename == on_disk.filename for view in views)
 
 
+@pytest.mark.parametrize("make", ["from_tensor", "from_filename", "loaded", "unpickled view", "wrapped"])
+def test_views_of_views_know_their_file_after_the_root_is_gone(tmp_path, make):
+    # The file is recorded once, on the mapping's root; every view finds it through its base.
+    import gc
+
+    path = tmp_path / "x.memmap"
+    root = MemoryMappedTensor.from_tensor(torch.arange(60.0).view(5, 3, 4), filename=path)
+    if make == "from_filename":
+        root = MemoryMappedTensor.from_filename(path, torch.float32, [5, 3, 4])
+    elif make == "loaded":
+        from torchdict import TensorDict
+
+        TensorDict({"x": root}, batch_size=[5]).memmap(tmp_path / "saved", copy_existing=True)
+        path = tmp_path / "saved" / "x.memmap"
+        root = TensorDict.load_memmap(tmp_path / "saved")["x"]
+    elif make == "unpickled view":
+        root = pickle.loads(pickle.dumps(root[1:]))
+    elif make == "wrapped":  # a plain tensor on the file's storage, as another process sees it
+        root = MemoryMappedTensor._wrap(root.as_subclass(torch.Tensor), root._mapped_file)
+    expected = torch.arange(60.0).view(5, 3, 4)[1:] if make == "unpickled view" else torch.arange(60.0).view(5, 3, 4)
+    view = root[2][1:, ::2]
+    del root
+    gc.collect()
+    deeper = view[0]
+    for tensor in (view, deeper):
+        assert type(tensor) is MemoryMappedTensor
+        assert os.path.samefile(tensor.filename, path)
+    assert torch.equal(view, expected[2][1:, ::2])
+    reopened = pickle.loads(pickle.dumps(deeper))
+    assert torch.equal(reopened, expected[2][1, ::2]) and os.path.samefile(reopened.filename, path)
+
+
+def test_anonymous_views_have_no_file():
+    anonymous = MemoryMappedTensor.zeros(4, 3)
+    for tensor in (anonymous, anonymous[1], anonymous[1:][0]):
+        assert type(tensor) is MemoryMappedTensor
+        with pytest.raises(RuntimeError, match="no file associated"):
+            tensor.filename
+
+
+def test_td_int_index_of_a_memmapped_td_gives_file_views(tmp_path):
+    from torchdict import TensorDict
+
+    source = TensorDict({"x": torch.arange(12.0).view(4, 3), "n": {"y": torch.arange(4)}}, batch_size=[4])
+    loaded = TensorDict.load_memmap(source.memmap(tmp_path).saved_path)
+    for index in (2, -1, slice(1, 3)):
+        item = loaded[index]
+        for key in ("x", ("n", "y")):
+            assert type(item[key]) is MemoryMappedTensor and torch.equal(item[key], source[key][index])
+            assert os.path.samefile(item[key].filename, loaded[key].filename)
+    with pytest.raises(IndexError, match="out of bounds"):
+        loaded[4]
+
+
 @pytest.mark.parametrize("index", [[0, 2], torch.tensor([3, 1]), torch.tensor([True, False, True, False])],
                          ids=["list", "tensor", "mask"])
 def test_advanced_indexing_returns_plain_tensors(on_disk, index):

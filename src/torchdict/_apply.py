@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
+from ._convert import fits_batch, parse_batch_size, parse_device, tensor_len as _tensor_len, to_leaf
 from ._errors import batch_mismatch_error, missing_key_error
 from .nontensor import NonTensorData
 
@@ -208,6 +208,10 @@ def _plain_results_fit(results: list, n_batch: int, first: int, on_cpu: bool) ->
         return False
     if n_batch == 0:
         return True
+    if first > 0:
+        # The C length of a tensor is its first size (0 for a 0-dim one): exact when first > 0,
+        # and half the cost of reading each shape.
+        return set(map(_tensor_len, results)) == {first}
     try:
         return set(map(_first, map(_shape_of, results))) == {first}
     except IndexError:  # a 0-dim result

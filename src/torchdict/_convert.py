@@ -20,6 +20,11 @@ _Tensor = torch.Tensor
 _NUMBER_TYPES = (bool, int, float)
 
 
+# The first size of a tensor (0 for a 0-dim one), read by the C slot under torch.Tensor.__len__
+# (which is a slower Python wrapper that raises on 0-dim tensors): the cheapest batch check.
+tensor_len = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None)).__len__
+
+
 def parse_batch_size(batch_size: Any) -> torch.Size:
     if batch_size is None:
         return torch.Size(())

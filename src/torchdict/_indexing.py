@@ -29,6 +29,7 @@ import torch
 from ._apply import rewrap, unwrap
 from ._base import TensorCollection
 from ._errors import inplace_error, locked_error
+from .memmap import MemoryMappedTensor as _MemoryMappedTensor
 from .nontensor import NonTensorData, NonTensorStack
 
 _Tensor = torch.Tensor
@@ -171,6 +172,7 @@ def indexed_batch_size(index: Any, batch_size: torch.Size) -> tuple:
 
 # --------------------------------------------------------------------------- reading
 
+_tensor_getitem = torch.Tensor.__getitem__
 _NO_BATCH = torch.Size(())
 _ROW_BATCH: dict = {}  # batch size -> the batch size without its first dim (td[i] is a hot path)
 
@@ -238,8 +240,17 @@ def index_basic(storage: dict, batch: torch.Size, names: Optional[list], index: 
     # _index_storage's loop, inlined: one call less on the hottest indexing path.
     n_batch = len(batch)
     for key, leaf in storage.items():
-        # The exact-type test first: it is cheaper than isinstance and true for most leaves.
-        if type(leaf) is _Tensor or isinstance(leaf, _Tensor):
+        # Exact-type tests first: cheaper than isinstance and true for most leaves.
+        leaf_type = type(leaf)
+        if leaf_type is _Tensor:
+            result[key] = leaf[index]
+        elif leaf_type is _MemoryMappedTensor:
+            # MemoryMappedTensor.__getitem__ for an int or a slice, without its Python frame:
+            # the view, relabelled (reading a memory-mapped dataset item by item).
+            view = _tensor_getitem(leaf, index)
+            view.__class__ = _MemoryMappedTensor
+            result[key] = view
+        elif isinstance(leaf, _Tensor):
             result[key] = leaf[index]
         else:
             result[key] = _index_entry(leaf, index, n_batch, new_batch)

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
+from ._convert import fits_batch, parse_batch_size, parse_device, tensor_len as _tensor_len, to_leaf
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
 
@@ -41,8 +41,6 @@ _Size = torch.Size
 _EMPTY_SIZE = torch.Size(())
 NON_TENSOR = (NonTensorData, NonTensorStack)
 OPTION_NAMES = ("autocast", "frozen", "nocast", "shadow", "kw_only")
-# The C-level length of a tensor (torch.Tensor.__len__ is a slower Python wrapper).
-_tensor_len = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None)).__len__
 
 
 # ---------------------------------------------------------------------------- instance layout

@@ -61,6 +61,24 @@ def _is_view_index(index: Any) -> bool:
     return False
 
 
+class _FileOfBase:
+    """``MemoryMappedTensor._mapped_file`` of a tensor that doesn't carry one: its base's.
+
+    The file is recorded once, on the root tensor of a mapping (the one ``torch.from_file``
+    made, or a fresh tensor set on a shared storage); every view of it, and every view of
+    those, has that root as ``_base`` (torch keeps a tensor subclass's Python object alive
+    while views use it). So making a view, the hot path of reading a dataset item by item,
+    only relabels its class and stores nothing. An anonymous (shared memory) tensor has
+    no file anywhere: None. A non-data descriptor: a value in the instance dict wins.
+    """
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        if instance is None:
+            return self
+        base = instance._base
+        return None if base is None else getattr(base, "_mapped_file", None)
+
+
 class MemoryMappedTensor(torch.Tensor):
     """A tensor backed by a file, or by anonymous shared memory when no file is given.
 
@@ -85,16 +103,21 @@ class MemoryMappedTensor(torch.Tensor):
     # results turned back into MemoryMappedTensor are basic-index views (see __getitem__).
     __torch_function__ = torch._C._disabled_torch_function_impl
 
-    _mapped_file: _MappedFile | None = None
+    _mapped_file = _FileOfBase()
 
     # ------------------------------------------------------------------ wrapping
     @classmethod
     def _wrap(cls, tensor: torch.Tensor, mapped_file: _MappedFile | None) -> "MemoryMappedTensor":
-        """``tensor`` (which the caller may still hold) seen as a MemoryMappedTensor: a new alias."""
-        result = tensor.as_subclass(cls)
-        if mapped_file is not None:
-            result._mapped_file = mapped_file
-        return result
+        """``tensor`` (which the caller may still hold) seen as a MemoryMappedTensor, sharing its memory.
+
+        With a file, the result is a new root tensor on the same storage (not a view of
+        ``tensor``), so that it can carry the file for its own views (see _FileOfBase).
+        """
+        if mapped_file is None:
+            return tensor.as_subclass(cls)
+        root = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+        root.set_(tensor.untyped_storage(), tensor.storage_offset(), tensor.shape, tensor.stride())
+        return _adopt(root, mapped_file)
 
     def __getitem__(self, index: Any) -> torch.Tensor:
         result = _tensor_getitem(self, index)
@@ -102,11 +125,8 @@ class MemoryMappedTensor(torch.Tensor):
         if kind is int or kind is slice or _is_view_index(index):
             # ``result`` is a fresh view that nothing else references: relabel it in place
             # instead of creating a second alias with as_subclass (td[i] does this per leaf).
-            # Same steps as _adopt, inlined: this is the hot path of reading a dataset.
+            # Its file is found through its base (_FileOfBase): nothing to store.
             result.__class__ = MemoryMappedTensor
-            mapped_file = self._mapped_file
-            if mapped_file is not None:
-                result._mapped_file = mapped_file
         return result
 
     # ------------------------------------------------------------------ properties
@@ -336,7 +356,7 @@ def _rebuild_from_file(path: str, writable: bool, dtype: torch.dtype, storage_nb
                        shape: tuple, stride: tuple, offset: int) -> MemoryMappedTensor:
     base = map_file(path, dtype, torch.Size([storage_nbytes // dtype.itemsize]),
                     mode="r+" if writable else "r")
-    return _adopt(torch.Tensor.as_strided(base, shape, stride, offset), base._mapped_file)
+    return _adopt(torch.Tensor.as_strided(base, shape, stride, offset), None)  # a view: the file is base's
 
 
 def _rebuild_anonymous(tensor: torch.Tensor) -> MemoryMappedTensor:
@@ -492,10 +512,11 @@ def map_file(path: str, dtype: torch.dtype, shape: torch.Size, *, mode: str = "r
         )
     writable = mode == "r+"
     if needed == 0:
-        tensor = torch.empty(shape, dtype=dtype)
-    else:
-        tensor = torch.from_file(path, shared=writable, size=needed // dtype.itemsize, dtype=dtype)
-        if len(shape) != 1:
-            # view(*ints) parses much faster than view(torch.Size); this runs once per leaf on load.
-            tensor = tensor.view(*shape) if shape else tensor.view(())
-    return _adopt(tensor, _MappedFile(path, writable))
+        return _adopt(torch.empty(shape, dtype=dtype), _MappedFile(path, writable))
+    root = _adopt(torch.from_file(path, shared=writable, size=needed // dtype.itemsize, dtype=dtype),
+                  _MappedFile(path, writable))
+    if len(shape) == 1:
+        return root
+    # view(*ints) parses much faster than view(torch.Size); this runs once per leaf on load.
+    # The view finds the file through its base, the root (see _FileOfBase).
+    return _adopt(torch.Tensor.view(root, *shape) if shape else torch.Tensor.view(root, ()), None)

@@ -25,7 +25,7 @@ from ._errors import (
     missing_key_error,
     through_leaf_error,
 )
-from ._indexing import IndexingMixin
+from ._indexing import IndexingMixin, index_basic
 from ._keys import key_to_tuple
 from ._names import NamesMixin
 from ._moves import MovesMixin
@@ -154,7 +154,16 @@ class TensorDict(
         valid leaves for ``batch_size`` and ``device``.
         """
         td = object.__new__(cls)
-        td._init_state(source, batch_size, device, names)
+        # _init_state's assignments, inlined: every op result is built here.
+        td._tensordict = source
+        td._batch_size = batch_size
+        td._device = device
+        td._names = names
+        td._is_locked = False
+        td._lock_parents = 0
+        td._cm = None
+        td._is_memmap = False
+        td._saved_path = None
         return td
 
     def _init_state(self, storage: dict, batch_size: torch.Size, device: Optional[torch.device],
@@ -366,6 +375,11 @@ class TensorDict(
             if type(value) is _Tensor:
                 return value
             return value.data if type(value) in _NON_TENSOR else value
+        if type(index) is int:
+            # td[i], the other hot read (iterating a dataset): straight to the basic indexing.
+            storage: dict = {}
+            new_batch, names = index_basic(self._tensordict, self._batch_size, self._names, index, storage)
+            return self._new_unsafe(storage, new_batch, self._device, names)
         return self._getitem_slow(index)
 
     def _getitem_slow(self, index: Any) -> Any:
