@@ -1,4 +1,5 @@
 """The dict API and metadata of TensorDict, stated against plain torch / dict behaviour."""
+import re
 import numpy as np
 import pytest
 import torch
@@ -28,6 +29,50 @@ def test_kwargs_and_mapping_build_the_same_content():
 def test_tensors_are_stored_without_copy():
     tensor = torch.zeros(3)
     assert TensorDict({"a": tensor})["a"] is tensor
+
+
+def _flat_source(case: str) -> dict:
+    """A flat dict of (4, k) tensors, changed in one way that the construction must notice."""
+    source = {f"k{i}": torch.randn(4, i + 1) for i in range(12)}
+    if case == "short leaf in the middle":
+        source["k5"] = torch.randn(3, 2)
+    elif case == "short leaf last":
+        source["k11"] = torch.randn(5)
+    elif case == "0-dim leaf":
+        source["k3"] = torch.tensor(2.0)
+    elif case == "parameter":
+        source["k2"] = torch.nn.Parameter(torch.randn(4, 2))
+    elif case == "tuple key":
+        source[("sub", "x")] = torch.randn(4)
+    elif case == "nested dict":
+        source["sub"] = {"x": torch.randn(4, 2), "deeper": {"y": torch.zeros(4)}}
+    elif case == "number":
+        source["n"] = 3
+    return source
+
+
+@pytest.mark.parametrize("case", ["plain", "short leaf in the middle", "short leaf last", "0-dim leaf", "parameter",
+                                  "tuple key", "nested dict", "number"])
+def test_construction_from_a_flat_dict_checks_every_entry(case):
+    # Building from a dict equals setting its entries one by one into an empty TensorDict
+    # (the same leaves, nesting and casting), and a bad entry raises the same error.
+    source = _flat_source(case)
+    expected = TensorDict(batch_size=[4])
+    try:
+        for key, value in source.items():
+            expected[key] = value
+    except RuntimeError as error:
+        with pytest.raises(RuntimeError, match=re.escape(str(error).split(".")[0])):
+            TensorDict(source, batch_size=[4])
+        return
+    td = TensorDict(source, batch_size=[4])
+    assert list(td.keys(include_nested=True)) == list(expected.keys(include_nested=True))
+    for key, value in expected.items(include_nested=True, leaves_only=True):
+        assert type(td[key]) is type(value) and torch.equal(td[key], value)
+        if isinstance(source.get(key if isinstance(key, str) else None), torch.Tensor):
+            assert td[key] is source[key]  # stored without a copy
+    source["late"] = torch.zeros(4)
+    assert "late" not in td.keys()  # the storage is the TensorDict's own dict
 
 
 @pytest.mark.parametrize(

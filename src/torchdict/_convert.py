@@ -23,6 +23,23 @@ _NUMBER_TYPES = (bool, int, float)
 # The first size of a tensor (0 for a 0-dim one), read by the C slot under torch.Tensor.__len__
 # (which is a slower Python wrapper that raises on 0-dim tensors): the cheapest batch check.
 tensor_len = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None)).__len__
+_ONLY_STR = {str}
+_ONLY_TENSOR = {_Tensor}
+
+
+def plain_leaves_fit(source: dict, first: int) -> bool:
+    """True when every key of ``source`` is a str and every value a plain ``torch.Tensor`` whose
+    first size is ``first`` (> 0): such a dict is a valid storage for the batch size ``[first]``.
+
+    Three C-level passes (key types, value types, first sizes) instead of a Python loop: the
+    fast path of building a TensorDict from a flat dict of tensors. A 0-dim tensor has C
+    length 0, hence ``first > 0``.
+    """
+    if first <= 0 or not source:
+        return False
+    values = source.values()
+    return (set(map(type, source)) == _ONLY_STR and set(map(type, values)) == _ONLY_TENSOR
+            and set(map(tensor_len, values)) == {first})
 
 
 def parse_batch_size(batch_size: Any) -> torch.Size:

@@ -15,7 +15,7 @@ from . import _keyops
 from ._apply import ApplyMixin
 from ._base import TensorCollection
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
-from ._convert import check_tensor, fits_batch, parse_batch_size, parse_device, to_leaf
+from ._convert import check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, to_leaf
 from ._errors import (
     batch_mismatch_error,
     MessageKeyError,
@@ -110,6 +110,8 @@ class TensorDict(
             source = kwargs
         elif kwargs:
             raise ValueError("Either a dictionary or a sequence of kwargs must be provided, not both.")
+        elif type(source) is dict:
+            pass  # the common case, before the slower isinstance tests (Mapping is an ABC)
         elif isinstance(source, TensorDict):
             source = source._tensordict
         elif not isinstance(source, Mapping):
@@ -119,9 +121,15 @@ class TensorDict(
             )
         batch_size = parse_batch_size(batch_size)
         device = parse_device(device)
-        storage: dict = {}
-        self._init_state(storage, batch_size, device, None)
         n_batch = len(batch_size)
+        if n_batch == 1 and device is None and type(source) is dict and plain_leaves_fit(source, batch_size[0]):
+            # A flat dict of tensors for a one-dim batch (the commonest call), checked in C-level
+            # passes; anything else is converted and checked entry by entry below.
+            self._init_state(dict(source), batch_size, None, None)
+            source = {}
+        else:
+            self._init_state({}, batch_size, device, None)
+        storage = self._tensordict
         non_blocking = bool(non_blocking)
         for key, value in source.items():
             if type(key) is str and isinstance(value, _Tensor):
@@ -131,9 +139,12 @@ class TensorDict(
                 elif device is not None and value.device != device:
                     value = value.to(device, non_blocking=non_blocking)
                 storage[key] = value
+            elif type(key) is str and type(value) is dict:
+                # A nested plain dict: what to_leaf does with a Mapping, without its type tests.
+                storage[key] = TensorDict(value, batch_size, device, non_blocking=non_blocking)
             else:
                 self._set_path(key_to_tuple(key), value, non_blocking=non_blocking)
-        if any(dim < 0 for dim in batch_size):
+        if n_batch and min(batch_size) < 0:
             raise RuntimeError(f"batch_size must hold non-negative sizes, got {batch_size}.")
         if names is not None:
             self.names = names
