@@ -197,21 +197,26 @@ def _non_tensor_for_batch(leaf: Any, batch_size: torch.Size) -> Any:
 _shape_of = operator.attrgetter("shape")
 _is_cpu = operator.attrgetter("is_cpu")
 _first = operator.itemgetter(0)
+_ONLY_TENSOR = {_Tensor}
 
 
 def _plain_results_fit(results: list, n_batch: int, first: int, on_cpu: bool) -> bool:
-    """True when every result is a plain tensor with the leading size ``first`` (1-d batch) on
-    the right device; False sends the results through the per-leaf checks (and their errors)."""
-    if set(map(type, results)) != {_Tensor}:
+    """True when every result is a tensor fitting a batch of ``n_batch`` dims whose first size is
+    ``first`` (1-d batch), on the CPU when ``on_cpu``; False sends the results through the
+    per-result checks of ``_checked`` (and their errors)."""
+    if n_batch == 1 and first > 0 and not on_cpu:
+        # One C-level pass: the C length of a tensor is its first size (0 for a 0-dim one) and
+        # raises TypeError for anything else (None, a TensorDict, a number).
+        try:
+            return set(map(_tensor_len, results)) == {first}
+        except TypeError:
+            return False
+    if set(map(type, results)) != _ONLY_TENSOR:
         return False
     if on_cpu and not all(map(_is_cpu, results)):
         return False
     if n_batch == 0:
         return True
-    if first > 0:
-        # The C length of a tensor is its first size (0 for a 0-dim one): exact when first > 0,
-        # and half the cost of reading each shape.
-        return set(map(_tensor_len, results)) == {first}
     try:
         return set(map(_first, map(_shape_of, results))) == {first}
     except IndexError:  # a 0-dim result
@@ -291,11 +296,12 @@ class _ApplyRun:
         on_cpu = device is not None and device.type == "cpu"
         storage = td._tensordict
         values = list(storage.values())
-        is_tensor = list(map(isinstance, values, repeat(_Tensor)))
-        if all(is_tensor):
+        if set(map(type, values)) == _ONLY_TENSOR:  # the common case, in one C-level pass
             keys: Any = storage
             leaves = values
+            is_tensor: list = []
         else:
+            is_tensor = list(map(isinstance, values, repeat(_Tensor)))
             keys = list(compress(storage, is_tensor))
             leaves = list(compress(values, is_tensor))
         results = list(map(fn, leaves))
