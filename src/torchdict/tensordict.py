@@ -16,6 +16,7 @@ from ._apply import ApplyMixin
 from ._base import TensorCollection
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
 from ._convert import check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, to_leaf
+from ._convert import tensor_len as _tensor_len
 from ._errors import (
     batch_mismatch_error,
     MessageKeyError,
@@ -515,12 +516,12 @@ class TensorDict(
                 raise locked_error()
             if isinstance(value, _Tensor):
                 batch_size = self._batch_size
-                if batch_size:
-                    shape = value.shape
-                    # fits_batch's 1-d case, inlined: this line sets the speed of td[key] = tensor.
-                    if not (len(batch_size) == 1 and shape and shape[0] == batch_size[0]) and not fits_batch(
-                            shape, batch_size):
-                        raise batch_mismatch_error(batch_size, shape, index)
+                # A 1-d batch of n > 0 fits when the C length (first size; 0 for a 0-dim tensor)
+                # is n: cheaper than reading value.shape. This line sets the speed of td[key] = tensor.
+                if batch_size and not (len(batch_size) == 1 and batch_size[0] > 0
+                                       and _tensor_len(value) == batch_size[0]) and not fits_batch(
+                        value.shape, batch_size):
+                    raise batch_mismatch_error(batch_size, value.shape, index)
                 if self._device is not None and value.device != self._device:
                     value = value.to(self._device)
                 self._tensordict[index] = value
@@ -549,12 +550,8 @@ class TensorDict(
             if (type(parent) is TensorDict and type(last) is str and isinstance(value, _Tensor)
                     and not parent._is_locked and (parent._device is None or value.device == parent._device)):
                 batch_size = parent._batch_size
-                shape = value.shape
-                if len(batch_size) == 1:
-                    fits = shape and shape[0] == batch_size[0]
-                else:
-                    fits = fits_batch(shape, batch_size)
-                if fits:
+                if (len(batch_size) == 1 and batch_size[0] > 0 and _tensor_len(value) == batch_size[0]) or fits_batch(
+                        value.shape, batch_size):
                     parent._tensordict[last] = value
                     return
             if index and _is_key_tuple(index):
