@@ -192,3 +192,103 @@ def test_a_failing_function_leaves_the_tensordict_unchanged():
 def test_docstring_examples_run():
     failures, _ = doctest.testmod(torchdict._apply, extraglobs={"torch": torch, "TensorDict": TensorDict})
     assert failures == 0
+
+
+# ------------------------------------------------------------------ nested trees in one pass
+def _tree(case: str) -> TensorDict:
+    """Nested TensorDicts of plain tensors (the one-pass path), or one way out of it."""
+    source = {"a": torch.arange(4.0), "s": {"b": torch.ones(4, 2), "t": {"c": torch.arange(4)}}, "z": torch.zeros(4)}
+    if case == "sub in the middle":
+        source = {"a": torch.arange(4.0), "s": {"b": torch.ones(4, 2)}, "z": torch.zeros(4)}
+    elif case == "empty sub":
+        source["e"] = {}
+    elif case == "only subs":
+        source = {"s": {"b": torch.ones(4, 2)}, "u": {"c": torch.zeros(4)}}
+    elif case == "longer sub batch":
+        source["long"] = TensorDict({"x": torch.zeros(4, 3)}, batch_size=[4, 3])
+    elif case == "non-tensor":
+        source["s"]["text"] = "hello"
+    elif case == "parameter":
+        source["s"]["p"] = torch.nn.Parameter(torch.zeros(4))
+    td = TensorDict(source, batch_size=[4])
+    return td
+
+
+TREES = ["plain", "sub in the middle", "empty sub", "only subs", "longer sub batch", "non-tensor", "parameter"]
+
+
+def _calls_by_hand(td: TensorDict) -> list:
+    """The keys fn is called on, in the per-level order: a level's tensors, then its sub-TensorDicts."""
+    order = []
+
+    def walk(node, path):
+        for key, value in node.items():
+            if isinstance(value, torch.Tensor):
+                order.append(path + (key,))
+        for key, value in node.items():
+            if isinstance(value, TensorDict):
+                walk(value, path + (key,))
+
+    walk(td, ())
+    return order
+
+
+@pytest.mark.parametrize("case", TREES)
+def test_nested_apply_equals_fn_on_each_leaf_in_the_per_level_order(case):
+    td = _tree(case)
+    seen = []
+    result = td.apply(lambda x: seen.append(x) or x * 2 + 1)
+    by_id = {id(leaf): key if isinstance(key, tuple) else (key,)
+             for key, leaf in td.items(include_nested=True, leaves_only=True)}
+    assert [by_id[id(leaf)] for leaf in seen] == _calls_by_hand(td)
+    assert list(result.keys(include_nested=True)) == list(td.keys(include_nested=True))
+    for key, leaf in td.items(include_nested=True, leaves_only=True):
+        if isinstance(leaf, torch.Tensor):
+            assert torch.equal(result[key], leaf * 2 + 1)
+        else:  # non-tensor data passes through
+            assert result[key] == td[key]
+    for key, value in td.items(include_nested=True):
+        if isinstance(value, TensorDict):
+            assert result[key].batch_size == value.batch_size and not result[key].is_locked
+
+
+@pytest.mark.parametrize("case", ["plain", "sub in the middle"])
+def test_nested_apply_drops_none_and_emptied_sub_tensordicts(case):
+    td = _tree(case)
+    keep = td.apply(lambda x: x if x.dtype == torch.float32 and x.ndim == 1 else None)
+    expected = [key for key, leaf in td.items(include_nested=True, leaves_only=True)
+                if leaf.dtype == torch.float32 and leaf.ndim == 1]
+    assert list(keep.keys(include_nested=True, leaves_only=True)) == expected
+    kept_all = td.apply(lambda x: None, filter_empty=False)
+    assert kept_all is not None and list(kept_all.keys(include_nested=True, leaves_only=True)) == []
+
+
+def test_nested_apply_names_the_nested_key_of_a_wrong_result_and_changes_nothing():
+    td = _tree("plain")
+    before = snapshot(td)
+    with pytest.raises(RuntimeError, match=r"batch dimension mismatch.*\('s', 't', 'c'\)"):
+        td.apply(lambda x: x if x.dtype == torch.float32 else x[:2])
+    assert_same_snapshot(before, snapshot(td))
+
+
+def test_nested_apply_on_an_unbatched_tree_and_with_a_device():
+    td = TensorDict({"a": torch.tensor(1.0), "s": {"b": torch.zeros(2)}})
+    result = td.apply(lambda x: x + 1)
+    assert torch.equal(result["s", "b"], torch.ones(2)) and result.batch_size == torch.Size([])
+    moved = _tree("plain").apply(lambda x: x + 1, device="meta")  # each result is moved there
+    assert moved.device == torch.device("meta")
+    assert all(leaf.device.type == "meta" for leaf in moved.values(include_nested=True, leaves_only=True))
+
+
+@pytest.mark.parametrize("case", TREES)
+def test_which_trees_take_the_one_pass_path(case):
+    from torchdict._apply import _ApplyRun
+    from torchdict._apply_tree import plain_tree_storage
+
+    td = _tree(case)
+    run = _ApplyRun(lambda x: x, None, False, torchdict._apply._MISSING, None, False, None, False, False)
+    storage = plain_tree_storage(run, td, td.batch_size)
+    one_pass = case in ("plain", "sub in the middle", "empty sub", "only subs")
+    assert (storage is not None) == one_pass
+    if one_pass:
+        assert list(storage) == list(td.keys())

@@ -22,6 +22,7 @@ import torch
 
 from ._base import TensorCollection
 from ._convert import fits_batch, parse_batch_size, parse_device, tensor_len as _tensor_len, to_leaf
+from ._apply_tree import plain_tree_storage
 from ._errors import batch_mismatch_error, missing_key_error
 from .nontensor import NonTensorData
 
@@ -256,6 +257,10 @@ class _ApplyRun:
                         first = sorted(missing)[0]
                         raise missing_key_error(prefix + (first,) if prefix else first, other_storage)
         if not other_storages and not self.named and not self.inplace:
+            if not prefix and not self.call_on_nested and self.is_leaf is None:
+                tree = plain_tree_storage(self, td, batch_size)  # the whole tree in one pass
+                if tree is not None:
+                    return tree
             return self._plain_storage(td, batch_size, prefix)
         n_batch = len(batch_size)
         fn, named, inplace = self.fn, self.named, self.inplace
