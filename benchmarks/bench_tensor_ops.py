@@ -57,11 +57,25 @@ def _apply_cases() -> list:
         walk = leafwise(_plus_one)
         return lambda: walk(source)
 
+    def checked_plus_one(tensor: torch.Tensor) -> torch.Tensor:
+        result = tensor + 1
+        if result.shape[0] != BATCH:  # what apply checks of each result (the cheapest correct test)
+            raise RuntimeError("batch mismatch")
+        return result
+
+    def checked_floor(source):
+        walk = leafwise(checked_plus_one)
+        return lambda: walk(source)
+
     return [
         Case("apply (100 flat leaves)", setup=flat_source, impls={**for_libraries(apply), FLOOR: floor},
              target="<= 1.1x floor"),
         Case("apply (93 nested leaves)", setup=nested_source, impls={**for_libraries(apply), FLOOR: floor},
              target="<= 1.1x floor"),
+        Case("apply (93 nested leaves), floor checks each result", setup=nested_source,
+             impls={**for_libraries(apply), FLOOR: checked_floor},
+             note="the floor also checks each result's leading dim, as apply (and upstream) do: where the "
+                  "remaining cost of the row above goes."),
     ]
 
 
