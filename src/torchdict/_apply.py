@@ -20,9 +20,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ._apply_tree import plain_tree_storage
 from ._base import TensorCollection
 from ._convert import fits_batch, parse_batch_size, parse_device, tensor_len as _tensor_len, to_leaf
-from ._apply_tree import plain_tree_storage
 from ._errors import batch_mismatch_error, missing_key_error
 from .nontensor import NonTensorData
 

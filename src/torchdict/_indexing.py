@@ -173,7 +173,7 @@ def indexed_batch_size(index: Any, batch_size: torch.Size) -> tuple:
 # --------------------------------------------------------------------------- reading
 
 _tensor_getitem = torch.Tensor.__getitem__
-_NO_BATCH = torch.Size(())
+NO_BATCH = torch.Size(())
 _ROW_BATCH: dict = {}  # batch size -> the batch size without its first dim (td[i] is a hot path)
 
 
@@ -189,7 +189,7 @@ def _row_batch(batch: torch.Size) -> torch.Size:
 # (slice.start, slice.stop, slice.step, batch size) -> the batch size of td[start:stop:step].
 # td[a:b] is a hot path: the raw bounds are the key (cheaper than slice.indices), and
 # building a torch.Size is slow.
-_SLICE_BATCH: dict = {}
+SLICE_BATCHES: dict = {}
 
 
 def slice_batch(key: tuple) -> torch.Size:
@@ -202,9 +202,9 @@ def slice_batch(key: tuple) -> torch.Size:
     # Only plain bounds are cached: an index-like object (a 0-d tensor) would be kept alive
     # and hashed by identity.
     if all(bound is None or type(bound) is int for bound in (start, stop, step)):
-        if len(_SLICE_BATCH) > 512:
-            _SLICE_BATCH.clear()
-        _SLICE_BATCH[key] = new_batch
+        if len(SLICE_BATCHES) > 512:
+            SLICE_BATCHES.clear()
+        SLICE_BATCHES[key] = new_batch
     return new_batch
 
 
@@ -222,7 +222,7 @@ def index_basic(storage: dict, batch: torch.Size, names: Optional[list], index: 
         if not -size <= index < size:
             raise _out_of_bounds(index, size)
         if len(batch) == 1:
-            new_batch = _NO_BATCH
+            new_batch = NO_BATCH
         else:
             new_batch = _ROW_BATCH.get(batch)
             if new_batch is None:
@@ -232,7 +232,7 @@ def index_basic(storage: dict, batch: torch.Size, names: Optional[list], index: 
     else:
         key = (index.start, index.stop, index.step, batch)
         try:
-            new_batch = _SLICE_BATCH.get(key)
+            new_batch = SLICE_BATCHES.get(key)
         except TypeError:  # an unhashable bound: slice_batch raises the usual error
             new_batch = None
         if new_batch is None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._indexing import _NO_BATCH, _SLICE_BATCH, slice_batch
+from ._indexing import NO_BATCH, SLICE_BATCHES, slice_batch
 from ._indexing import index_basic as _index_basic
 from ._indexing import index_tensordict as _index_tensordict
 from ._keys import key_to_tuple
@@ -225,11 +225,11 @@ class TensorDictMethods(FieldStorage):
                     # One batch dim, every field a plain tensor: the class's unrolled indexer.
                     size = batch[0]
                     if index_type is int:
-                        new_batch = _NO_BATCH if -size <= index < size else None
+                        new_batch = NO_BATCH if -size <= index < size else None
                     else:
                         key = (index.start, index.stop, index.step, batch)
                         try:
-                            new_batch = _SLICE_BATCH.get(key)
+                            new_batch = SLICE_BATCHES.get(key)
                         except TypeError:  # an unhashable bound: slice_batch raises the usual error
                             new_batch = None
                         if new_batch is None:
