@@ -180,6 +180,7 @@ class TensorDict(
 
     def _init_state(self, storage: dict, batch_size: torch.Size, device: Optional[torch.device],
                     names: Optional[list]) -> None:
+        # The same assignments are inlined in _new_unsafe: keep the two in step.
         self._tensordict = storage
         self._batch_size = batch_size
         self._device = device
