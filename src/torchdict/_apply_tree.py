@@ -50,7 +50,7 @@ def plain_tree_storage(run: Any, td: Any, batch_size: torch.Size) -> Optional[di
         return None  # another batch or a device to move to: the per-level path
     leaves: list = []
     levels: list = []
-    if not _collect(td, type(td), batch_size, (), leaves, levels):
+    if not _collect(td, {_Tensor, type(td)}, batch_size, (), leaves, levels):
         return None
     results = list(map(run.fn, leaves))
     if n_batch:
@@ -63,28 +63,43 @@ def plain_tree_storage(run: Any, td: Any, batch_size: torch.Size) -> Optional[di
     return _rebuild(run, iter(levels), iter(results), batch_size, fits)
 
 
-def _collect(td: Any, cls: type, batch_size: torch.Size, path: tuple, leaves: list, levels: list) -> bool:
-    """Append ``td``'s tensors to ``leaves`` and its level to ``levels``, depth first; False if not plain."""
+def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves: list, levels: list) -> bool:
+    """Append ``td``'s tensors to ``leaves`` and its level to ``levels``, depth first; False if not plain.
+
+    ``allowed`` is ``{torch.Tensor, the root's class}``.
+    """
     storage = td._tensordict
     values = storage.values()
-    types = set(map(type, values))
+    value_types = list(map(type, values))
+    types = set(value_types)
     if types == _ONLY_TENSOR or not types:
         leaves.extend(values)
         levels.append(_Level(td, storage, [], True, path))
         return True
-    if not types <= {_Tensor, cls}:
+    if not types <= allowed:
         return False
-    is_sub = list(map(_is, map(type, values), repeat(cls)))
-    subs = list(compress(storage.items(), is_sub))
+    cls = (types - _ONLY_TENSOR).pop()
+    n_subs = value_types.count(cls)
+    n_tensors = len(value_types) - n_subs
+    if value_types[n_tensors:].count(cls) == n_subs:
+        # The usual layout, tensors then sub-TensorDicts: split by position (the few
+        # sub-TensorDicts read from the end).
+        keys: list = list(islice(storage, n_tensors))
+        leaves.extend(islice(values, n_tensors))
+        subs = list(islice(reversed(storage.items()), n_subs))[::-1]
+        ordered = True
+    else:
+        is_tensor = list(map(_is, value_types, repeat(_Tensor)))
+        keys = list(compress(storage, is_tensor))
+        leaves.extend(compress(values, is_tensor))
+        subs = list(compress(storage.items(), map(_not, is_tensor)))
+        ordered = False
     for _, sub in subs:
         if sub._batch_size != batch_size:
             return False  # a longer batch: the per-level path handles it
-    is_tensor = list(map(_not, is_sub))
-    leaves.extend(compress(values, is_tensor))
-    first_sub = is_sub.index(True)
-    levels.append(_Level(td, list(compress(storage, is_tensor)), subs, all(is_sub[first_sub:]), path))
+    levels.append(_Level(td, keys, subs, ordered, path))
     for key, sub in subs:
-        if not _collect(sub, cls, batch_size, path + (key,), leaves, levels):
+        if not _collect(sub, allowed, batch_size, path + (key,), leaves, levels):
             return False
     return True
 
