@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from . import _masking
-from ._apply import flat_tensors, keep_non_tensor, rebuild, tensor_leaves, unwrap
+from ._apply import keep_non_tensor, rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
 from ._keys import key_to_tuple
 from ._masking import finish, leaves_of

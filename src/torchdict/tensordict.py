@@ -28,6 +28,7 @@ from ._errors import (
 )
 from ._indexing import IndexingMixin, index_basic
 from ._keys import key_to_tuple
+from ._locking import LockingMixin
 from ._names import NamesMixin
 from ._moves import MovesMixin
 from ._ops import OpsMixin
@@ -66,6 +67,7 @@ class TensorDict(
     ModuleMixin,
     ParallelMixin,
     DistributedMixin,
+    LockingMixin,
     TensorCollection,
 ):
     """A dictionary of tensors sharing leading batch dimensions.
@@ -320,62 +322,6 @@ class TensorDict(
             if isinstance(leaf, TensorCollection):
                 leaf.clear_device_()
         return self
-
-    # ------------------------------------------------------------------ locking
-    @property
-    def is_locked(self) -> bool:
-        return self._is_locked
-
-    def _check_unlocked(self) -> None:
-        if self._is_locked:
-            raise locked_error()
-
-    def lock_(self) -> "TensorDict":
-        """Forbid new keys, deletions and replacements, recursively; returns self."""
-        was_locked = self._is_locked
-        self._lock_tree()
-        self._remember_exit(None if was_locked else self._unlock_tree)
-        return self
-
-    def _lock_tree(self) -> None:
-        if self._is_locked:
-            return
-        self._is_locked = True
-        for leaf in self._tensordict.values():
-            if isinstance(leaf, TensorCollection):
-                child = _as_td(leaf)
-                child._lock_parents += 1
-                child._lock_tree()
-
-    def unlock_(self) -> "TensorDict":
-        """Allow modifications again (not on a td held by a locked parent); returns self."""
-        if self._lock_parents:
-            raise RuntimeError(
-                "Cannot unlock a tensordict that is part of a locked graph. Unlock the root tensordict "
-                "first. If the tensordict is part of multiple graphs, group the graphs under a common "
-                "tensordict an unlock this root."
-            )
-        was_locked = self._is_locked
-        self._unlock_tree()
-        self._remember_exit(self._lock_tree if was_locked else None)
-        return self
-
-    def _unlock_tree(self) -> None:
-        if not self._is_locked:
-            return
-        self._is_locked = False
-        self._is_memmap = False
-        for leaf in self._tensordict.values():
-            if isinstance(leaf, TensorCollection):
-                child = _as_td(leaf)
-                child._lock_parents -= 1
-                if not child._lock_parents:
-                    child._unlock_tree()
-
-    def _remember_exit(self, restore: Optional[Callable[[], None]]) -> None:
-        from ._context import remember_state_change
-
-        remember_state_change(self, restore)
 
     # ------------------------------------------------------------------ reading
     def __getitem__(self, index: Any) -> Any:
