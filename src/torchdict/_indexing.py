@@ -192,8 +192,17 @@ def _row_batch(batch: torch.Size) -> torch.Size:
 SLICE_BATCHES: dict = {}
 
 
-def slice_batch(key: tuple) -> torch.Size:
-    """The batch size after slicing dim 0 with ``slice(*key[:3])``; cached when the bounds are ints."""
+def slice_batch(index: slice, batch: torch.Size) -> torch.Size:
+    """The batch size after slicing dim 0 of ``batch`` with ``index`` (cached: td[a:b] is a hot path)."""
+    key = (index.start, index.stop, index.step, batch)
+    try:
+        new_batch = SLICE_BATCHES.get(key)
+    except TypeError:  # an unhashable bound: computing it raises the usual error
+        new_batch = None
+    return _new_slice_batch(key) if new_batch is None else new_batch
+
+
+def _new_slice_batch(key: tuple) -> torch.Size:
     start, stop, step, batch = key
     rows = range(*slice(start, stop, step).indices(batch[0]))
     if rows.step <= 0:
@@ -230,13 +239,7 @@ def index_basic(storage: dict, batch: torch.Size, names: Optional[list], index: 
         if names is not None:
             names = names[1:] if any(names[1:]) else None
     else:
-        key = (index.start, index.stop, index.step, batch)
-        try:
-            new_batch = SLICE_BATCHES.get(key)
-        except TypeError:  # an unhashable bound: slice_batch raises the usual error
-            new_batch = None
-        if new_batch is None:
-            new_batch = slice_batch(key)
+        new_batch = slice_batch(index, batch)
     # _index_storage's loop, inlined: one call less on the hottest indexing path.
     n_batch = len(batch)
     for key, leaf in storage.items():

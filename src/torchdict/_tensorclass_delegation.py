@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._indexing import NO_BATCH, SLICE_BATCHES, slice_batch
+from ._indexing import NO_BATCH, slice_batch
 from ._indexing import index_basic as _index_basic
 from ._indexing import index_tensordict as _index_tensordict
 from ._keys import key_to_tuple
@@ -227,13 +227,7 @@ class TensorDictMethods(FieldStorage):
                     if index_type is int:
                         new_batch = NO_BATCH if -size <= index < size else None
                     else:
-                        key = (index.start, index.stop, index.step, batch)
-                        try:
-                            new_batch = SLICE_BATCHES.get(key)
-                        except TypeError:  # an unhashable bound: slice_batch raises the usual error
-                            new_batch = None
-                        if new_batch is None:
-                            new_batch = slice_batch(key)
+                        new_batch = slice_batch(index, batch)
                     if new_batch is not None and self._tc_index_leaves(self.__dict__, index, storage):
                         set_td(new, (new_batch, device))
                         return new
