@@ -32,11 +32,12 @@ _is = operator.is_
 class _Level:
     """One TensorDict of the tree: its tensor keys, its sub-TensorDicts, where its leaves start."""
 
-    __slots__ = ("td", "keys", "subs", "ordered", "path")
+    __slots__ = ("td", "keys", "count", "subs", "ordered", "path")
 
-    def __init__(self, td: Any, keys: Any, subs: list, ordered: bool, path: tuple) -> None:
+    def __init__(self, td: Any, keys: Any, count: int, subs: list, ordered: bool, path: tuple) -> None:
         self.td = td
-        self.keys = keys  # the storage itself when every entry is a tensor
+        self.keys = keys  # the tensors' keys first (the storage itself when they come first)
+        self.count = count  # how many tensors
         self.subs = subs  # [(key, sub-TensorDict)], in storage order
         self.ordered = ordered  # the tensors come before the sub-TensorDicts in the storage
         self.path = path
@@ -74,7 +75,7 @@ def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves:
     types = set(value_types)
     if types == _ONLY_TENSOR or not types:
         leaves.extend(values)
-        levels.append(_Level(td, storage, [], True, path))
+        levels.append(_Level(td, storage, len(storage), [], True, path))
         return True
     if not types <= allowed:
         return False
@@ -83,8 +84,8 @@ def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves:
     n_tensors = len(value_types) - n_subs
     if value_types[n_tensors:].count(cls) == n_subs:
         # The usual layout, tensors then sub-TensorDicts: split by position (the few
-        # sub-TensorDicts read from the end).
-        keys: list = list(islice(storage, n_tensors))
+        # sub-TensorDicts read from the end; the storage's first keys are the tensors').
+        keys: Any = storage
         leaves.extend(islice(values, n_tensors))
         subs = list(islice(reversed(storage.items()), n_subs))[::-1]
         ordered = True
@@ -97,7 +98,7 @@ def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves:
     for _, sub in subs:
         if sub._batch_size != batch_size:
             return False  # a longer batch: the per-level path handles it
-    levels.append(_Level(td, keys, subs, ordered, path))
+    levels.append(_Level(td, keys, n_tensors, subs, ordered, path))
     for key, sub in subs:
         if not _collect(sub, allowed, batch_size, path + (key,), leaves, levels):
             return False
@@ -108,8 +109,10 @@ def _rebuild(run: Any, levels: Any, results: Any, batch_size: torch.Size, fits: 
     """The storage of the next level (and, recursively, of its sub-TensorDicts)."""
     level = next(levels)
     keys = level.keys
-    count = len(keys)
+    count = level.count
     if fits:
+        # zip stops with the level's results: when keys is the storage, its later keys
+        # (the sub-TensorDicts') are left out.
         out = dict(zip(keys, islice(results, count)))
     else:
         out = {}
