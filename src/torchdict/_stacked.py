@@ -8,7 +8,7 @@ tensors of one shape, dtype and device (the usual case for batched RL data:
 ``(batch, features)`` leaves), stacking them costs one copy, the op one kernel, and
 ``torch.unbind_copy`` hands back one new, independent tensor per leaf (in place: it
 copies the rows back into the leaves). ``td + 1`` and ``td += 1`` on 100 leaves of
-48 elements run about 1.5-2x faster than with foreach.
+48 elements run about 1.4x faster than with foreach, 1.7-2x faster than an op per leaf.
 
 Ops between two tensors and unary ops don't gain: making one new tensor per leaf
 (``unbind_copy``) costs about as much as the op on each leaf.
