@@ -20,7 +20,9 @@ It is used only where the result is exactly the per-leaf result:
 - nothing needs autograd (a stack that requires grad falls back: autograd's
   per-leaf graph and its in-place rules stay as they are);
 - the leaves are small (at most :data:`MAX_NUMEL` elements each): on big leaves the
-  extra copy costs more than the dispatches it saves.
+  extra copy costs more than the dispatches it saves;
+- the op gives the same bits whatever the kernel's vector width (the caller decides:
+  ``PointwiseOp.stackable`` in ``_ops.py``; ``pow`` for one can differ in the last bit).
 
 The results are independent tensors, contiguous (an op per leaf would keep a
 non-contiguous leaf's strides; values are the same).
