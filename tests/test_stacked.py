@@ -7,9 +7,12 @@ dtype) and on each kind that must not (checked through ``stack_small`` directly)
 from __future__ import annotations
 
 import operator
+import re
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from torchdict import TensorDict
 from torchdict._stacked import MAX_NUMEL, MIN_LEAVES, stack_small
@@ -158,3 +161,59 @@ def test_uniform_leaves_are_stacked_in_order():
     leaves = [torch.randn(4, 3) for _ in range(N)]
     stacked = stack_small(leaves)
     assert stacked is not None and torch.equal(stacked, torch.stack(leaves))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n_leaves=st.integers(MIN_LEAVES, MIN_LEAVES + 8),
+    batch=st.integers(1, 6),
+    features=st.lists(st.integers(1, 9), max_size=2),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.int32, torch.int64]),
+    op=st.sampled_from([operator.add, operator.sub, operator.mul, operator.truediv, operator.eq, operator.gt]),
+    scalar=st.one_of(st.integers(-5, 5), st.floats(-4.0, 4.0, allow_nan=False, width=32)),
+    reflected=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_stacked_results_are_bitwise_the_per_leaf_results(n_leaves, batch, features, dtype, op, scalar, reflected,
+                                                            seed):
+    # Whatever the leaf count, shape, dtype and number, the one-kernel path gives the bits an op per leaf gives.
+    generator = torch.Generator().manual_seed(seed)
+    leaves = {f"k{i}": (torch.randn(batch, *features, generator=generator) * 8).to(dtype) for i in range(n_leaves)}
+    td = TensorDict(leaves, batch_size=[batch])
+    assert stack_small(list(td.values())) is not None
+    if op is operator.truediv and reflected:
+        leaves = {key: torch.where(leaf == 0, torch.ones((), dtype=dtype), leaf) for key, leaf in leaves.items()}
+        td = TensorDict(leaves, batch_size=[batch])
+    result = op(scalar, td) if reflected else op(td, scalar)
+    for key, leaf in leaves.items():
+        assert_identical(result[key], op(scalar, leaf) if reflected else op(leaf, scalar))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n_leaves=st.integers(MIN_LEAVES, MIN_LEAVES + 8),
+    batch=st.integers(1, 6),
+    features=st.lists(st.integers(1, 9), max_size=2),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.int32, torch.int64]),
+    name=st.sampled_from(["__iadd__", "__isub__", "__imul__"]),
+    scalar=st.one_of(st.integers(-5, 5), st.floats(-4.0, 4.0, allow_nan=False, width=32)),
+    seed=st.integers(0, 2**16),
+)
+def test_stacked_in_place_results_are_bitwise_the_per_leaf_results(n_leaves, batch, features, dtype, name, scalar,
+                                                                     seed):
+    generator = torch.Generator().manual_seed(seed)
+    leaves = {f"k{i}": (torch.randn(batch, *features, generator=generator) * 8).to(dtype) for i in range(n_leaves)}
+    td = TensorDict({key: leaf.clone() for key, leaf in leaves.items()}, batch_size=[batch])
+    objects = dict(td.items())
+    try:
+        expected = {key: getattr(torch.Tensor, name)(leaf.clone(), scalar) for key, leaf in leaves.items()}
+    except RuntimeError as error:  # e.g. an int leaf and a float: the TensorDict refuses it too, unchanged
+        with pytest.raises(RuntimeError, match=re.escape(str(error)[:40])):
+            getattr(td, name)(scalar)
+        for key, leaf in leaves.items():
+            assert_identical(td[key], leaf)
+        return
+    getattr(td, name)(scalar)
+    for key in leaves:
+        assert td[key] is objects[key]
+        assert_identical(td[key], expected[key])
