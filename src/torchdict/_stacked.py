@@ -37,8 +37,11 @@ import torch
 _Tensor = torch.Tensor
 _dtype_of = attrgetter("dtype")
 
-MIN_LEAVES = 8  # below this, the stack and the two extra passes don't pay
-MAX_NUMEL = 4096  # elements per leaf; above it the copy costs more than the dispatches saved
+# Measured with `td + 1` and `td += 1` against foreach on this project's CPU runners: about even
+# at 10 leaves and at 1024 elements per leaf; 16 leaves of 48 elements gain 13%, 100 leaves of
+# 128 elements 25% (35% in place).
+MIN_LEAVES = 12  # below this, the stack and the extra passes don't pay
+MAX_NUMEL = 512  # elements per leaf; above it the copies cost more than the dispatches saved
 
 
 def stack_small(leaves: list) -> Optional[torch.Tensor]:
