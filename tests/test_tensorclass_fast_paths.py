@@ -122,3 +122,46 @@ def test_one_dim_list_batch_construction_validates_every_field(case):
     assert data.batch_size == expected.batch_size and data.device == expected.device
     for name in ("image", "mask", "label"):
         assert torch.equal(getattr(data, name), expected[name])
+
+
+def test_each_class_gets_a_generated_getitem_unless_it_writes_its_own():
+    assert getattr(MyData.__dict__["__getitem__"], "_tc_generated", False)
+
+    @tensorclass
+    class Own:
+        x: torch.Tensor
+
+        def __getitem__(self, index):
+            return ("own", index)
+
+    @tensorclass
+    class Child(Own):
+        y: torch.Tensor
+
+    data = Child(torch.zeros(3), torch.ones(3), batch_size=[3])
+    assert Own(torch.zeros(3), batch_size=[3])[1] == ("own", 1)
+    assert data[1] == ("own", 1) and data[0:2] == ("own", slice(0, 2))
+
+
+def test_frozen_by_option_after_the_class_is_built_uses_the_locking_path():
+    from torchdict import TensorClass
+
+    class Point(TensorClass):
+        x: torch.Tensor
+
+    assert getattr(Point.__dict__["__getitem__"], "_tc_generated", False)
+    frozen = tensorclass(frozen=True)(Point)
+    assert "__getitem__" not in frozen.__dict__
+    result = frozen(torch.arange(4.0), batch_size=[4])[1:3]
+    assert torch.equal(result.x, torch.arange(4.0)[1:3]) and result.is_locked
+
+
+def test_an_entry_beyond_the_fields_is_indexed_too():
+    images, mask, label = make_seed_data(6)
+    data = MyData(images, mask, label, batch_size=[6])
+    extra = torch.arange(6)
+    data._tensordict["extra"] = extra
+    for index in (2, slice(1, 5)):
+        result = data[index]
+        assert torch.equal(result._tensordict["extra"], extra[index])
+        assert torch.equal(result.image, images[index]) and result.batch_size == label[index].shape

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._indexing import NO_BATCH, slice_batch
 from ._indexing import index_basic as _index_basic
 from ._indexing import index_tensordict as _index_tensordict
 from ._keys import key_to_tuple
@@ -208,10 +207,12 @@ class TensorDictMethods(FieldStorage):
 
     # ------------------------------------------------------------------ indexing
     def __getitem__(self, index: Any) -> "Self":
+        # The general path. Each class also gets a generated __getitem__ in front of this one
+        # (_tensorclass_indexing.py) for data[i] / data[a:b] over plain tensor fields.
         index_type = type(index)
         if index_type is int or index_type is slice:
-            # The hot path of ``data[i]`` / ``data[a:b]``: index the storage dict and keep the
-            # result lazy, as a new instance is (no TensorDict built unless names or a lock need one).
+            # Index the storage dict and keep the result lazy, as a new instance is (no
+            # TensorDict built unless names or a lock need one).
             td = self._td
             new = _object_new(type(self))
             storage = new.__dict__  # fresh and empty: filled in place (cheaper than setting one)
@@ -221,16 +222,6 @@ class TensorDictMethods(FieldStorage):
                     # Made a torch.Size once, then kept: construction leaves a plain tuple.
                     batch = _Size(batch)
                     set_td(self, (batch, device))
-                if not self._tc_frozen and len(batch) == 1:
-                    # One batch dim, every field a plain tensor: the class's unrolled indexer.
-                    size = batch[0]
-                    if index_type is int:
-                        new_batch = NO_BATCH if -size <= index < size else None
-                    else:
-                        new_batch = slice_batch(index, batch)
-                    if new_batch is not None and self._tc_index_leaves(self.__dict__, index, storage):
-                        set_td(new, (new_batch, device))
-                        return new
                 names = None
             else:
                 batch, device, names = td._batch_size, td._device, td._names
@@ -256,6 +247,8 @@ class TensorDictMethods(FieldStorage):
         if self._tc_frozen:
             result._lock_tree()
         return new
+
+    __getitem__._tc_general = True  # type: ignore[attr-defined]
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if _is_key_index(index):

@@ -33,6 +33,7 @@ import torch
 
 from ._base import TensorCollection
 from ._convert import fits_batch, parse_batch_size, parse_device, tensor_len as _tensor_len, to_leaf
+from ._tensorclass_indexing import install_getitem
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
 
@@ -62,7 +63,6 @@ class FieldStorage(TensorCollection):
     _tc_options = dict.fromkeys(OPTION_NAMES, False)  # type: dict
     _tc_is_template = True
     _tc_frozen = False
-    _tc_index_leaves = staticmethod(lambda source, index, out: False)  # replaced per class (make_leaf_indexer)
 
 
 set_td = FieldStorage.__dict__["_td"].__set__
@@ -309,7 +309,7 @@ def install_fields(cls: type, fields: tuple) -> None:
     cls._tc_fields = {spec.name: spec for spec in specs}
     cls._tc_field_names = tuple(spec.name for spec in specs)
     cls._tc_field_set = frozenset(cls._tc_field_names)
-    cls._tc_index_leaves = staticmethod(make_leaf_indexer(cls._tc_field_names))
+    install_getitem(cls, set_td)
     previous_init = cls.__dict__.get("__init__")
     if previous_init is None or getattr(previous_init, "_tc_generated", False):
         cls.__init__ = make_init(cls, specs)
@@ -434,32 +434,6 @@ def _init_epilogue(cls: type, this: str, indent: str) -> list:
     if cls._tc_options["frozen"]:
         lines.append(f"{indent}{this}._tensordict._lock_tree()")
     return lines
-
-
-def make_leaf_indexer(names: tuple) -> Callable:
-    """Generate ``index_leaves(source, index, out) -> bool`` for a class with these fields.
-
-    When ``source`` (an instance dict) holds every field as a plain ``torch.Tensor``, it
-    writes ``leaf[index]`` for each into ``out`` (in field order) and returns True;
-    otherwise it writes nothing and returns False, and the caller takes the general
-    path. Unrolled per class because a loop over the dict costs about as much as one
-    small tensor's indexing: this is the hot path of ``data[i]``.
-    """
-    lines = ["def index_leaves(source, index, out):",
-             f"    if len(source) != {len(names)}:",
-             "        return False",
-             "    try:"]
-    lines += [f"        _tc_{position} = source[{name!r}]" for position, name in enumerate(names)] or ["        pass"]
-    lines += ["    except KeyError:",
-              "        return False",
-              "    if " + (" and ".join(f"type(_tc_{position}) is _tc_Tensor" for position in range(len(names)))
-                         or "True") + ":"]
-    lines += [f"        out[{name!r}] = _tc_{position}[index]" for position, name in enumerate(names)]
-    lines += ["        return True",
-              "    return False"]
-    namespace: dict = {"_tc_Tensor": _Tensor}
-    exec("\n".join(lines), namespace)  # noqa: S102 - generated from field names only
-    return namespace["index_leaves"]
 
 
 def _wrap_user_init(user_init: Callable) -> Callable:
