@@ -559,3 +559,54 @@ def test_nested_tuple_write_respects_locks_and_casts_to_the_device():
     assert td[()] is td
     td[()] = 0.5  # an empty tuple is a batch index (every leaf), not a key
     assert td["leaf"].eq(0.5).all() and td["a", "b", "c"].eq(0.5).all()
+
+
+def _write_checks(td: TensorDict, key, fitting: torch.Tensor, misfit: torch.Tensor) -> None:
+    """A write of ``misfit`` is refused with E-BATCH and changes nothing; ``fitting`` is stored."""
+    before = snapshot(td)
+    with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+        td[key] = misfit
+    assert_same_snapshot(before, snapshot(td))
+    td[key] = fitting
+    assert td[key] is fitting
+
+
+_BATCH_CHANGES = ["setter", "flatten inplace", "unflatten inplace", "update batch", "pytree", "op result"]
+
+
+# update(update_batch_size=True) leaves a sub-TensorDict's batch as it was (here shorter than
+# the new root batch), so only the flat write is stated for it.
+@pytest.mark.parametrize("change,key", [(change, key) for change in _BATCH_CHANGES for key in ("x", ("sub", "x"))
+                                        if change != "update batch" or key == "x"], ids=repr)
+def test_writes_check_the_batch_size_after_it_changes(change, key):
+    # A write's quick check (the tensor's first size against a recorded one) must follow
+    # every way a batch size changes, and an op result's first writes must check in full.
+    td = TensorDict({"a": torch.zeros(4, 6, 2), "sub": {"b": torch.zeros(4, 6)}}, batch_size=[4])
+    td["a"] = torch.ones(4, 6, 2)  # records the quick check for [4]
+    td["sub", "b"] = torch.ones(4, 6)
+    if change == "setter":
+        td.batch_size = [4, 6]
+        td["sub"].batch_size = [4, 6]
+        fitting, misfit = torch.zeros(4, 6), torch.zeros(4, 5)
+    elif change == "flatten inplace":
+        td.batch_size = [4, 6]
+        td["a"] = torch.ones(4, 6, 2)
+        td.flatten(0, 1, inplace=True)
+        fitting, misfit = torch.zeros(24), torch.zeros(4)
+    elif change == "unflatten inplace":
+        td.unflatten(0, (2, 2), inplace=True)
+        fitting, misfit = torch.zeros(2, 2), torch.zeros(4)
+    elif change == "update batch":
+        td.update(TensorDict({"c": torch.zeros(4, 6)}, batch_size=[4, 6]), update_batch_size=True)
+        fitting, misfit = torch.zeros(4, 6), torch.zeros(4, 5)
+    elif change == "pytree":
+        leaves, spec = torch.utils._pytree.tree_flatten(td)
+        td = torch.utils._pytree.tree_unflatten([leaf[:2] for leaf in leaves], spec)
+        fitting, misfit = torch.zeros(2), torch.zeros(4)
+    else:
+        td = td[1:3]
+        fitting, misfit = torch.zeros(2), torch.zeros(4)
+    parent = td if key == "x" else td["sub"]
+    assert parent.batch_size[:len(td.batch_size)] == td.batch_size
+    _write_checks(td, key, fitting, misfit)
+    _write_checks(td, key, fitting, misfit)  # again, once the quick check is recorded

@@ -24,6 +24,22 @@ _NUMBER_TYPES = (bool, int, float)
 # (which is a slower Python wrapper that raises on 0-dim tensors): the cheapest batch check.
 tensor_len = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None)).__len__
 _ONLY_STR = {str}
+
+
+def quick_batch_len(batch_size: torch.Size) -> int:
+    """What a TensorDict keeps in ``_batch_len``, the write check that needs no ``shape``.
+
+    ``0`` for an empty batch (every tensor fits); ``n`` for a one-dim batch ``[n]`` with
+    ``n > 0`` (a tensor fits when its :data:`tensor_len` is ``n``); ``-1`` for any other
+    batch, or when not yet known: no tensor has that length, so the full check runs.
+    A batch ``[0]`` gets ``-1`` because a 0-dim tensor's C length is 0 too.
+
+    >>> quick_batch_len(torch.Size([16])), quick_batch_len(torch.Size([])), quick_batch_len(torch.Size([4, 2]))
+    (16, 0, -1)
+    """
+    if not batch_size:
+        return 0
+    return batch_size[0] if len(batch_size) == 1 and batch_size[0] > 0 else -1
 _ONLY_TENSOR = {_Tensor}
 
 

@@ -55,6 +55,7 @@ def update(td: Any, source: Any, *, clone: bool, inplace: bool, non_blocking: bo
         _update_from(td, kwargs, clone, inplace, non_blocking, None, ignore_lock)
     if update_batch_size and isinstance(source, TensorCollection) and source.batch_size != td.batch_size:
         td._batch_size = source.batch_size
+        td._batch_len = -1
         td._names = None
     tree = _key_tree(keys_to_update) if keys_to_update is not None else None
     _update_from(td, source, clone, inplace, non_blocking, tree, ignore_lock)

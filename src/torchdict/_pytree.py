@@ -306,6 +306,7 @@ def _rebatch(collection: Any, node: _Node, batch_size: torch.Size) -> Any:
         elif type(kind) is _Constant:
             storage[key] = _rebatch_constant(storage[key], key, batch_size + storage[key].batch_size[old_dims:])
     td._batch_size = batch_size
+    td._batch_len = -1
     td._names = None
     return collection
 

@@ -710,5 +710,6 @@ def _in_place(td: Any, result: Any) -> Any:
     td._check_unlocked()
     td._tensordict = result._tensordict
     td._batch_size = result._batch_size
+    td._batch_len = -1
     td._names = result._names
     return td

@@ -15,7 +15,7 @@ from . import _keyops
 from ._apply import ApplyMixin
 from ._base import TensorCollection
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
-from ._convert import check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, to_leaf
+from ._convert import check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, quick_batch_len, to_leaf
 from ._convert import tensor_len as _tensor_len
 from ._errors import (
     batch_mismatch_error,
@@ -84,6 +84,7 @@ class TensorDict(
     __slots__ = (
         "_tensordict",
         "_batch_size",
+        "_batch_len",  # quick_batch_len(_batch_size), or -1 until a write computes it
         "_device",
         "_names",
         "_is_locked",
@@ -171,6 +172,7 @@ class TensorDict(
         # _init_state's assignments, inlined: every op result is built here.
         td._tensordict = source
         td._batch_size = batch_size
+        td._batch_len = -1  # not known yet: the first write checks in full, then records it
         td._device = device
         td._names = names
         td._is_locked = False
@@ -185,6 +187,7 @@ class TensorDict(
         # The same assignments are inlined in _new_unsafe: keep the two in step.
         self._tensordict = storage
         self._batch_size = batch_size
+        self._batch_len = quick_batch_len(batch_size)
         self._device = device
         self._names = names
         self._is_locked = False
@@ -275,6 +278,7 @@ class TensorDict(
             else:
                 leaf.batch_size = new_size
         self._batch_size = new_size
+        self._batch_len = -1
         self._names = None
 
     @property
@@ -462,13 +466,11 @@ class TensorDict(
             if self._is_locked:
                 raise locked_error()
             if isinstance(value, _Tensor):
-                batch_size = self._batch_size
-                # A 1-d batch of n > 0 fits when the C length (first size; 0 for a 0-dim tensor)
-                # is n: cheaper than reading value.shape. This line sets the speed of td[key] = tensor.
-                if batch_size and not (len(batch_size) == 1 and batch_size[0] > 0
-                                       and _tensor_len(value) == batch_size[0]) and not fits_batch(
-                        value.shape, batch_size):
-                    raise batch_mismatch_error(batch_size, value.shape, index)
+                # The quick check (see quick_batch_len): the C length of the tensor against the
+                # recorded one; anything else gets the full check. This sets the speed of td[key] = t.
+                batch_len = self._batch_len
+                if batch_len and _tensor_len(value) != batch_len:
+                    self._check_fits(value, index)
                 if self._device is not None and value.device != self._device:
                     value = value.to(self._device)
                 self._tensordict[index] = value
@@ -478,33 +480,43 @@ class TensorDict(
         if type(index) is tuple:
             # Fast path: a tensor written through existing plain TensorDicts. Stored keys are
             # str only, so a nested tuple, an int or an unhashable index among the levels misses
-            # (KeyError/TypeError) and anything unusual takes the general path below. The first
-            # two levels are unrolled: a loop over index[:-1] costs more than the lookups.
+            # (KeyError/TypeError) and anything unusual takes the general path below. Depths 2
+            # and 3 are unrolled: a loop over index[:-1] costs more than the lookups.
+            parent = None
             try:
                 depth = len(index)
-                last = index[-1]
-                parent = self
-                if depth > 1:
+                if depth == 3:
                     parent = self._tensordict[index[0]]
-                    if depth > 2 and type(parent) is TensorDict:
+                    if type(parent) is TensorDict:
                         parent = parent._tensordict[index[1]]
-                        for key in index[2:-1]:
-                            if type(parent) is not TensorDict:
-                                break
-                            parent = parent._tensordict[key]
-            except (KeyError, TypeError, IndexError):
+                elif depth == 2:
+                    parent = self._tensordict[index[0]]
+                elif depth > 3:
+                    parent = self
+                    for key in index[:-1]:
+                        if type(parent) is not TensorDict:
+                            break
+                        parent = parent._tensordict[key]
+                last = index[-1]
+            except (KeyError, TypeError, IndexError):  # IndexError: td[()] = value
                 parent = None
             if (type(parent) is TensorDict and type(last) is str and isinstance(value, _Tensor)
                     and not parent._is_locked and (parent._device is None or value.device == parent._device)):
-                batch_size = parent._batch_size
-                if (len(batch_size) == 1 and batch_size[0] > 0 and _tensor_len(value) == batch_size[0]) or fits_batch(
-                        value.shape, batch_size):
+                batch_len = parent._batch_len
+                if not batch_len or _tensor_len(value) == batch_len or fits_batch(value.shape, parent._batch_size):
                     parent._tensordict[last] = value
                     return
             if index and _is_key_tuple(index):
                 self._set_path(key_to_tuple(index), value)
                 return
         self._set_at_index(index, value)
+
+    def _check_fits(self, value: torch.Tensor, key: Any) -> None:
+        """The full batch check of a write (E-BATCH); records the quick one for the next write."""
+        batch_size = self._batch_size
+        if not fits_batch(value.shape, batch_size):
+            raise batch_mismatch_error(batch_size, value.shape, key)
+        self._batch_len = quick_batch_len(batch_size)
 
     def set(self, key: Any, item: Any, inplace: bool = False, *, non_blocking: bool = False,
             **kwargs: Any) -> "TensorDict":
