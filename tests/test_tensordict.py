@@ -1,5 +1,6 @@
 """The dict API and metadata of TensorDict, stated against plain torch / dict behaviour."""
 import re
+from typing import Any
 import numpy as np
 import pytest
 import torch
@@ -571,13 +572,9 @@ def _write_checks(td: TensorDict, key, fitting: torch.Tensor, misfit: torch.Tens
     assert td[key] is fitting
 
 
-_BATCH_CHANGES = ["setter", "flatten inplace", "unflatten inplace", "update batch", "pytree", "op result"]
-
-
-# update(update_batch_size=True) leaves a sub-TensorDict's batch as it was (here shorter than
-# the new root batch), so only the flat write is stated for it.
-@pytest.mark.parametrize("change,key", [(change, key) for change in _BATCH_CHANGES for key in ("x", ("sub", "x"))
-                                        if change != "update batch" or key == "x"], ids=repr)
+@pytest.mark.parametrize("key", ["x", ("sub", "x")], ids=["flat", "nested"])
+@pytest.mark.parametrize("change", ["setter", "flatten inplace", "unflatten inplace", "update batch",
+                                    "pytree", "op result"])
 def test_writes_check_the_batch_size_after_it_changes(change, key):
     # A write's quick check (the tensor's first size against a recorded one) must follow
     # every way a batch size changes, and an op result's first writes must check in full.
@@ -597,7 +594,8 @@ def test_writes_check_the_batch_size_after_it_changes(change, key):
         td.unflatten(0, (2, 2), inplace=True)
         fitting, misfit = torch.zeros(2, 2), torch.zeros(4)
     elif change == "update batch":
-        td.update(TensorDict({"c": torch.zeros(4, 6)}, batch_size=[4, 6]), update_batch_size=True)
+        source = {"a": torch.zeros(4, 6, 2), "sub": {"b": torch.zeros(4, 6)}, "c": torch.zeros(4, 6)}
+        td.update(TensorDict(source, batch_size=[4, 6]), update_batch_size=True)
         fitting, misfit = torch.zeros(4, 6), torch.zeros(4, 5)
     elif change == "pytree":
         leaves, spec = torch.utils._pytree.tree_flatten(td)
@@ -610,3 +608,43 @@ def test_writes_check_the_batch_size_after_it_changes(change, key):
     assert parent.batch_size[:len(td.batch_size)] == td.batch_size
     _write_checks(td, key, fitting, misfit)
     _write_checks(td, key, fitting, misfit)  # again, once the quick check is recorded
+
+
+def test_update_batch_size_adopts_the_source_batch_at_every_level():
+    td = TensorDict({"a": torch.zeros(4), "s": TensorDict({"x": torch.zeros(4, 2)}, [4, 2]), "e": {}}, [4])
+    source = TensorDict({"a": torch.ones(3), "s": TensorDict({"x": torch.ones(3, 2)}, [3, 2])}, [3])
+    td.update(source, update_batch_size=True)
+    assert td.batch_size == torch.Size([3]) and td["s"].batch_size == torch.Size([3, 2])
+    assert td["e"].batch_size == torch.Size([3])  # holds no leaf: takes the new batch
+    assert td["a"] is source["a"] and td["s", "x"] is source["s", "x"]
+    for sub in td.values(include_nested=True):
+        if isinstance(sub, TensorDict):
+            assert sub.batch_size[:1] == td.batch_size
+
+
+@pytest.mark.parametrize("case", ["dest key the source lacks", "nested dest key", "inplace", "keys_to_update",
+                                  "locked", "source batch extends the dest's"])
+def test_update_batch_size_refusals_change_nothing(case):
+    td = TensorDict({"a": torch.zeros(4), "s": {"x": torch.zeros(4), "y": torch.zeros(4)}}, [4])
+    source = TensorDict({"a": torch.ones(3), "s": {"x": torch.ones(3), "y": torch.ones(3)}}, [3])
+    kwargs: dict = {}
+    expected: Any = (RuntimeError, "Some keys of the dest tensordict are not present in the source")
+    if case == "dest key the source lacks":
+        td["b"] = torch.zeros(4)
+    elif case == "nested dest key":
+        del source["s", "y"]
+    elif case == "inplace":
+        kwargs["inplace"] = True
+        expected = (RuntimeError, "update was called with inplace=True")
+    elif case == "keys_to_update":
+        kwargs["keys_to_update"] = ["a"]
+        expected = (RuntimeError, "different batch-size with keys_to_update")
+    elif case == "locked":
+        td.lock_()
+        expected = (RuntimeError, "Cannot modify locked TensorDict")
+    else:
+        source = TensorDict({"c": torch.ones(4, 6)}, [4, 6])
+    before = snapshot(td)
+    with pytest.raises(expected[0], match=expected[1]):
+        td.update(source, update_batch_size=True, **kwargs)
+    assert_same_snapshot(before, snapshot(td))

@@ -54,12 +54,50 @@ def update(td: Any, source: Any, *, clone: bool, inplace: bool, non_blocking: bo
     elif kwargs:
         _update_from(td, kwargs, clone, inplace, non_blocking, None, ignore_lock)
     if update_batch_size and isinstance(source, TensorCollection) and source.batch_size != td.batch_size:
-        td._batch_size = source.batch_size
-        td._batch_len = -1
-        td._names = None
+        _check_batch_adoption(td, _as_td(source), inplace, keys_to_update)
+        _adopt_batch(td, _as_td(source)._tensordict, source.batch_size)
     tree = _key_tree(keys_to_update) if keys_to_update is not None else None
     _update_from(td, source, clone, inplace, non_blocking, tree, ignore_lock)
     return td
+
+
+def _check_batch_adoption(td: Any, source: Any, inplace: bool, keys_to_update: Any) -> None:
+    """Refuse ``update(update_batch_size=True)`` from a source of another batch size unless the
+    source replaces every leaf (the destination's old leaves would not fit the new batch).
+
+    Upstream 0.15 keeps the destination's batch (with a FutureWarning) when the source's
+    batch merely extends it; torchdict adopts it, as the flag asks and as upstream announces
+    for 0.17, under the same conditions as any other mismatch.
+    """
+    if inplace:
+        raise RuntimeError("Source and destination tensor collection shapes mismatch, but update was called "
+                           "with inplace=True, which cannot be achieved.")
+    if keys_to_update is not None:
+        raise RuntimeError("Updating tensordicts of different batch-size with keys_to_update is currently not "
+                           "supported.")
+    if td._is_locked:
+        raise locked_error()
+    missing = set(td.keys(True, True)) - set(source.keys(True, True))
+    if missing:
+        raise RuntimeError(
+            "Some keys of the dest tensordict are not present in the source during update with mismatching "
+            f"batch-size. batch_size of source={source.batch_size}, batch_size of dest={td.batch_size}, keys in "
+            f"dest but not in source: {sorted(missing, key=str)}.")
+
+
+def _adopt_batch(td: Any, source_storage: Any, batch_size: torch.Size) -> None:
+    """Give ``td`` and its sub-collections the batch sizes of their counterparts in the source
+    (a sub-collection the source lacks holds no leaf: it takes ``batch_size``)."""
+    td._batch_size = batch_size
+    td._batch_len = -1
+    td._names = None
+    for key, value in td._tensordict.items():
+        if isinstance(value, TensorCollection):
+            counterpart = source_storage.get(key) if source_storage is not None else None
+            if isinstance(counterpart, TensorCollection):
+                _adopt_batch(_as_td(value), _as_td(counterpart)._tensordict, counterpart.batch_size)
+            else:
+                _adopt_batch(_as_td(value), None, batch_size)
 
 
 def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking: bool,
