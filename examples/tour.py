@@ -72,6 +72,12 @@ def specialised_dictionary() -> None:
     data = TensorDict({"a-tensor": torch.randn(1, 2)}, batch_size=[1, 2])
     data["non-tensor"] = "a string!"
     assert data["non-tensor"] == "a string!"
+    # update merges sub-TensorDicts; update_batch_size=True takes the source's batch size at every
+    # level, provided the source replaces every leaf (otherwise it is refused before any write).
+    episode = TensorDict({"obs": torch.zeros(4, 3), "info": {"step": torch.zeros(4)}}, batch_size=[4])
+    longer = TensorDict({"obs": torch.ones(6, 3), "info": {"step": torch.arange(6.0)}}, batch_size=[6])
+    episode.update(longer, update_batch_size=True)
+    print("after update(update_batch_size=True):", episode.batch_size, episode["info"].batch_size)
 
 
 def nesting() -> None:
