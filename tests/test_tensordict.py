@@ -648,3 +648,45 @@ def test_update_batch_size_refusals_change_nothing(case):
     with pytest.raises(expected[0], match=expected[1]):
         td.update(source, update_batch_size=True, **kwargs)
     assert_same_snapshot(before, snapshot(td))
+
+
+def test_rename_key_to_a_path_under_the_key_itself_moves_the_entry_down():
+    sub = TensorDict({"b": torch.ones(2)}, [2])
+    td = TensorDict({"a": torch.zeros(2), "n": sub}, [2])
+    td.rename_key_("n", ("n", "x"))
+    assert set(td.keys(True, True)) == {"a", ("n", "x", "b")}
+    assert td["n", "x"] is sub and td["n"].batch_size == td.batch_size
+
+
+@pytest.mark.parametrize("write", ["set", "setitem", "nested set", "update"])
+def test_a_tensordict_cannot_be_set_inside_itself(write):
+    td = TensorDict({"a": torch.zeros(2)}, [2])
+    before = snapshot(td)
+    with pytest.raises(ValueError, match="Cannot set a tensordict inside itself"):
+        if write == "set":
+            td.set("me", td)
+        elif write == "setitem":
+            td["me"] = td
+        elif write == "nested set":
+            td.set(("x", "me"), td)
+        else:
+            td.update({"me": td})
+    assert_same_snapshot(before, snapshot(td))
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_update_with_a_tuple_key_through_a_leaf_is_refused(inplace):
+    td = TensorDict({"a": torch.zeros(2)}, [2])
+    before = snapshot(td)
+    with pytest.raises(KeyError, match="The entry a is already present in tensordict"):
+        td.update({("a", "b"): torch.ones(2)}, inplace=inplace)
+    assert_same_snapshot(before, snapshot(td))
+
+
+def test_split_keys_with_a_missing_key_raises_unless_a_default_is_given():
+    td = TensorDict({"a": torch.zeros(4)}, [4])
+    with pytest.raises(KeyError, match="zz"):
+        td.split_keys(["zz"])
+    fill = torch.ones(4)
+    filled, rest = td.split_keys(["zz"], default=fill)
+    assert filled["zz"] is fill and list(rest.keys()) == ["a"]

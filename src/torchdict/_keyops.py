@@ -14,6 +14,7 @@ from ._views import iter_items
 from .nontensor import NonTensorData
 
 _MISSING: Any = object()
+NO_DEFAULT: Any = _MISSING  # split_keys(default=...) not given (the method's own default)
 _Tensor = torch.Tensor
 
 
@@ -132,6 +133,12 @@ def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking:
                 continue
             subtree = None if subtree is True else subtree
         existing = storage.get(key, _MISSING)
+        if len(keys) > 1 and existing is not _MISSING and not isinstance(existing, TensorCollection):
+            # A tuple key walking through a leaf: refused (as upstream), not a silent replacement.
+            raise MessageKeyError(f"The entry {key} is already present in tensordict and is not a tensordict, "
+                                  f"so the key {keys} can't be written through it.")
+        if value is td:
+            raise self_insertion_error(keys if len(keys) > 1 else key)
         if isinstance(existing, TensorCollection) and (
                 isinstance(value, TensorCollection) or (not isinstance(value, _Tensor) and isinstance(value, Mapping))):
             # Sub-collections merge rather than replace.
@@ -155,6 +162,11 @@ def _update_from(td: Any, source: Any, clone: bool, inplace: bool, non_blocking:
             storage[key] = value
         else:
             storage[key] = to_leaf(value, key, batch_size, device, non_blocking)
+
+
+def self_insertion_error(key: Any) -> ValueError:
+    return ValueError(f"Cannot set a tensordict inside itself (key {key!r}): tensordicts that contain themselves "
+                      "are not supported.")
 
 
 def update_(td: Any, source: Any, *, clone: bool, non_blocking: bool,
@@ -236,6 +248,12 @@ def rename_key_(td: Any, old_key: Any, new_key: Any, safe: bool) -> Any:
         shown = new if len(new) > 1 else new[0]
         raise MessageKeyError(f"key {shown} already present in TensorDict.")
     source._check_unlocked()
+    if len(new) > len(old) and new[:len(old)] == old:
+        # A path under the key itself (("n",) -> ("n", "x")): the entry moves down into new
+        # levels created in its place, so it is taken out before they are made.
+        value = source._tensordict.pop(old[-1])
+        td._parent_of(new, create=True)._tensordict[new[-1]] = value
+        return td
     target = td._parent_of(new, create=True) if len(new) > 1 else td
     target._check_unlocked()
     value = source._tensordict.pop(old[-1])

@@ -551,6 +551,8 @@ class TensorDict(
         return td
 
     def _set_path(self, keys: tuple, value: Any, inplace: bool = False, non_blocking: bool = False) -> None:
+        if value is self:
+            raise _keyops.self_insertion_error(keys if len(keys) > 1 else keys[0])
         td = self._parent_of(keys, create=True) if len(keys) > 1 else self
         key = keys[-1]
         if inplace:
@@ -718,7 +720,7 @@ class TensorDict(
         """All but the given keys (missing ones are ignored)."""
         return _keyops.exclude(self, keys, inplace=inplace)
 
-    def split_keys(self, *key_sets: Any, inplace: bool = False, default: Any = _MISSING, strict: bool = True,
+    def split_keys(self, *key_sets: Any, inplace: bool = False, default: Any = _keyops.NO_DEFAULT, strict: bool = True,
                    reproduce_struct: bool = False) -> tuple:
         """One TensorDict per key set, plus one with the remaining keys."""
         return _keyops.split_keys(self, key_sets, inplace=inplace, default=default, strict=strict,
