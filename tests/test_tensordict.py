@@ -690,3 +690,25 @@ def test_split_keys_with_a_missing_key_raises_unless_a_default_is_given():
     fill = torch.ones(4)
     filled, rest = td.split_keys(["zz"], default=fill)
     assert filled["zz"] is fill and list(rest.keys()) == ["a"]
+
+
+def test_a_str_key_replacing_a_level_written_through_a_tuple_key_is_refused():
+    source = {("a", "b"): torch.zeros(2), "a": {"c": torch.ones(2)}}
+    with pytest.raises(KeyError, match="The entry a is already present in tensordict"):
+        TensorDict(source, [2])
+    # from_dict merges them, as upstream does; so does the constructor when the tuple key comes last
+    for td in (TensorDict.from_dict(source, batch_size=[2]), TensorDict(dict(reversed(source.items())), [2])):
+        assert set(td.keys(True, True)) == {("a", "b"), ("a", "c")}
+        assert td["a", "b"] is source["a", "b"] and td["a", "c"] is source["a"]["c"]
+
+
+def test_get_and_pop_through_a_leaf_return_an_explicit_default():
+    td = TensorDict({"a": torch.zeros(2)}, [2])
+    before = snapshot(td)
+    for call in (lambda: td.get(("a", "b")), lambda: td.pop(("a", "b"))):
+        with pytest.raises(KeyThroughLeafError, match="'a' is a Tensor, not a tensordict"):
+            call()
+    assert td.get(("a", "b"), None) is None and td.get(("a", "b"), 5) == 5
+    assert td.pop(("a", "b"), None) is None
+    assert td.get(("zz", "y")) is None and td.get("zz") is None
+    assert_same_snapshot(before, snapshot(td))

@@ -18,6 +18,7 @@ from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, writ
 from ._convert import check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, quick_batch_len, to_leaf
 from ._convert import tensor_len as _tensor_len
 from ._errors import (
+    KeyThroughLeafError,
     batch_mismatch_error,
     MessageKeyError,
     incompatible_batch_error,
@@ -47,6 +48,7 @@ _Tensor = torch.Tensor
 _NON_TENSOR = (NonTensorData, NonTensorStack)
 _NOT_TENSOR_LIKE = (TensorCollection, NonTensorData, NonTensorStack)
 _MISSING: Any = object()
+_NO_DEFAULT: Any = object()  # get(key) without a default: None when missing, E-LEAF through a leaf
 
 
 def _as_td(value: Any) -> "TensorDict":
@@ -135,7 +137,11 @@ class TensorDict(
             self._init_state({}, batch_size, device, None)
         storage = self._tensordict
         non_blocking = bool(non_blocking)
+        wrote_paths = False  # a tuple key wrote some level: a later str key must not replace it
         for key, value in source.items():
+            if wrote_paths and type(key) is str and key in storage:
+                raise MessageKeyError(f"The entry {key} is already present in tensordict (written through a "
+                                      "tuple key of the same source).")
             if type(key) is str and isinstance(value, _Tensor):
                 # Fast path for the common case: a str key and a tensor value.
                 if n_batch and not fits_batch(value.shape, batch_size):
@@ -148,6 +154,7 @@ class TensorDict(
                 storage[key] = TensorDict(value, batch_size, device, non_blocking=non_blocking)
             else:
                 self._set_path(key_to_tuple(key), value, non_blocking=non_blocking)
+                wrote_paths = True
         if n_batch and min(batch_size) < 0:
             raise RuntimeError(f"batch_size must hold non-negative sizes, got {batch_size}.")
         if names is not None:
@@ -227,6 +234,11 @@ class TensorDict(
         >>> TensorDict.from_dict({"a": torch.zeros(3, 2)}, batch_dims=1).batch_size
         torch.Size([3])
         """
+        if isinstance(input_dict, Mapping) and any(type(key) is tuple for key in input_dict):
+            # Tuple keys merge into the levels the other keys make (the constructor refuses a str key
+            # that would replace a level written through a tuple key): they go last.
+            input_dict = {**{key: value for key, value in input_dict.items() if type(key) is not tuple},
+                          **{key: value for key, value in input_dict.items() if type(key) is tuple}}
         td = cls(input_dict, batch_size=batch_size, device=device)
         if batch_size is None and (auto_batch_size or batch_dims is not None):
             td.auto_batch_size_(batch_dims)
@@ -366,17 +378,26 @@ class TensorDict(
                 return value.data if type(value) in _NON_TENSOR else value
         return self._index(index)
 
-    def get(self, key: Any, default: Any = None) -> Any:
+    def get(self, key: Any, default: Any = _NO_DEFAULT) -> Any:
         """The entry at ``key``; ``None`` (or the given default) when missing.
 
-        Non-tensor entries are returned as their ``NonTensorData`` wrapper.
+        A nested key that walks through a leaf raises ``KeyThroughLeafError``, unless a
+        default is given (then it is returned, as upstream does). Non-tensor entries are
+        returned as their ``NonTensorData`` wrapper.
 
         >>> TensorDict(a=1).get("b", "default")
         'default'
         """
         if type(key) is str:
-            return self._tensordict.get(key, default)
-        return self._get_path(key_to_tuple(key), default)
+            value = self._tensordict.get(key, default)
+            return None if value is _NO_DEFAULT else value
+        keys = key_to_tuple(key)
+        if default is _NO_DEFAULT:
+            return self._get_path(keys, None)
+        try:
+            return self._get_path(keys, default)
+        except KeyThroughLeafError:
+            return default
 
     def _get_path(self, keys: tuple, default: Any = _MISSING) -> Any:
         storage = self._tensordict
@@ -676,7 +697,7 @@ class TensorDict(
         keys = key_to_tuple(key)
         try:
             td = self._parent_of(keys, create=False) if len(keys) > 1 else self
-        except KeyError:
+        except (KeyError, KeyThroughLeafError):
             if default is not _MISSING:
                 return default
             raise
