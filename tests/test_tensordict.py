@@ -712,3 +712,17 @@ def test_get_and_pop_through_a_leaf_return_an_explicit_default():
     assert td.pop(("a", "b"), None) is None
     assert td.get(("zz", "y")) is None and td.get("zz") is None
     assert_same_snapshot(before, snapshot(td))
+
+
+def test_assigning_is_locked_locks_and_unlocks_the_tree():
+    td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.zeros(2)}}, [2])
+    td.is_locked = True
+    assert td.is_locked and td["n"].is_locked
+    with pytest.raises(RuntimeError, match="Cannot modify locked TensorDict"):
+        td["c"] = torch.zeros(2)
+    with pytest.raises(RuntimeError, match="Cannot unlock a tensordict that is part of a locked graph"):
+        td["n"].is_locked = False
+    td.is_locked = False
+    assert not td.is_locked and not td["n"].is_locked
+    td["n"].is_locked = True
+    assert td["n"].is_locked and not td.is_locked

@@ -25,6 +25,14 @@ class LockingMixin:
     def is_locked(self) -> bool:
         return self._is_locked
 
+    @is_locked.setter
+    def is_locked(self, value: bool) -> None:
+        # As upstream: assigning is lock_() / unlock_() (without their context-manager role).
+        if value:
+            self._lock_tree()
+        else:
+            self.unlock_()
+
     def _check_unlocked(self) -> None:
         if self._is_locked:
             raise locked_error()
