@@ -726,3 +726,21 @@ def test_assigning_is_locked_locks_and_unlocks_the_tree():
     assert not td.is_locked and not td["n"].is_locked
     td["n"].is_locked = True
     assert td["n"].is_locked and not td.is_locked
+
+
+def test_set_inplace_with_a_shape_that_does_not_broadcast_raises_the_inplace_write_error():
+    from torchdict._errors import InplaceWriteError
+
+    td = TensorDict({"a": torch.zeros(4, 7)}, [4])
+    before = snapshot(td)
+    with pytest.raises(InplaceWriteError, match="Failed to update 'a' in tensordict") as caught:
+        td.set("a", torch.ones(4, 3), inplace=True)
+    assert isinstance(caught.value, ValueError) and isinstance(caught.value, RuntimeError)
+    assert_same_snapshot(before, snapshot(td))
+
+
+def test_select_through_a_leaf_is_a_missing_key_unless_not_strict():
+    td = TensorDict({"b": torch.zeros(4)}, [4])
+    with pytest.raises(KeyError, match="'b' is a Tensor, not a tensordict, so it has no entry 'zz'"):
+        td.select(("b", "zz"))
+    assert td.select(("b", "zz"), strict=False).is_empty()

@@ -5,6 +5,8 @@ code catching them keeps working; the wording lives here once.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 LOCKED_MESSAGE = (
@@ -77,8 +79,11 @@ def through_leaf_error(leaf_key: str, leaf: object, next_key: str) -> KeyThrough
     )
 
 
-def inplace_error(key: object, td: object) -> InplaceWriteError:
-    return InplaceWriteError(f"Failed to update {key!r} in tensordict {td}")
+def inplace_error(key: object, td: object, cause: Optional[BaseException] = None) -> InplaceWriteError:
+    reason = f": {cause}" if cause is not None else ""
+    if type(key) is tuple and len(key) == 1:
+        key = key[0]
+    return InplaceWriteError(f"Failed to update {key!r} in tensordict {td}{reason}")
 
 
 def _format_key_set(keys: set) -> str:

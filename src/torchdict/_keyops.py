@@ -293,7 +293,8 @@ def _select_storage(td: Any, tree: dict, strict: bool) -> dict:
         elif strict:
             from ._errors import through_leaf_error
 
-            raise through_leaf_error(key, value, next(iter(subtree)))
+            # upstream's select words it as E-LEAF but raises a KeyError (a missing key)
+            raise MessageKeyError(str(through_leaf_error(key, value, next(iter(subtree)))))
     return result  # in the order the keys were asked for, like upstream
 
 

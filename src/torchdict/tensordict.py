@@ -599,7 +599,10 @@ class TensorDict(
             batch_size = self._batch_size
             if not fits_batch(value.shape, batch_size):
                 value = check_tensor(value, full_key, batch_size, None)
-            existing.copy_(value, non_blocking=non_blocking)
+            try:
+                existing.copy_(value, non_blocking=non_blocking)
+            except RuntimeError as error:  # a shape that doesn't broadcast: upstream's error (a ValueError too)
+                raise inplace_error(full_key, self, error) from error
         elif isinstance(existing, TensorCollection):
             if isinstance(value, Mapping):
                 value = to_leaf(value, full_key, self._batch_size, self._device)
