@@ -128,11 +128,11 @@ def test_requires_grad_sets_float_leaves_and_skips_others():
     assert not td.requires_grad
 
 
-def test_detach_and_to_keep_the_lock_clone_does_not():
+def test_detach_and_to_keep_the_lock_clone_and_contiguous_do_not():
     td = make_td().lock_()
-    assert td.detach().is_locked and td.data.is_locked and td.contiguous().is_locked
+    assert td.detach().is_locked and td.data.is_locked
     assert td.to(torch.float64).is_locked and td.to(META).is_locked
-    assert not td.clone().is_locked
+    assert not td.clone().is_locked and not td.contiguous().is_locked
 
 
 # --------------------------------------------------------------------------- contiguous

@@ -744,3 +744,13 @@ def test_select_through_a_leaf_is_a_missing_key_unless_not_strict():
     with pytest.raises(KeyError, match="'b' is a Tensor, not a tensordict, so it has no entry 'zz'"):
         td.select(("b", "zz"))
     assert td.select(("b", "zz"), strict=False).is_empty()
+
+
+def test_split_keys_remainder_drops_every_empty_level_and_leaves_the_source_alone():
+    td = TensorDict({"e": {"f": {}, "x": torch.ones(2)}, "g": {}, "b": torch.zeros(2)}, [2])
+    before = snapshot(td)
+    _, rest = td.split_keys(["b"])
+    assert set(rest.keys(True)) == {"e", ("e", "x")} and rest["e", "x"] is td["e", "x"]
+    _, kept = td.split_keys(["b"], reproduce_struct=True)
+    assert set(kept.keys(True)) == {"e", ("e", "f"), ("e", "x"), "g"}
+    assert_same_snapshot(before, snapshot(td))

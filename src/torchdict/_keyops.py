@@ -369,15 +369,18 @@ def split_keys(td: Any, key_sets: tuple, *, inplace: bool, default: Any, strict:
 
 
 def _drop_empty(storage: dict) -> dict:
+    """``storage`` without its sub-TensorDicts that hold no leaf (as upstream's split_keys remainder).
+
+    A level that changes is rebuilt, never edited: it may be the source's own sub-TensorDict.
+    """
     result = {}
     for key, value in storage.items():
         if isinstance(value, TensorCollection) and _as_td(value) is value:
             inner = _drop_empty(value._tensordict)
-            if not inner and value._tensordict:
+            if not inner:
                 continue
-            # Storage dicts are edited in place, never replaced (a tensorclass may share them).
-            value._tensordict.clear()
-            value._tensordict.update(inner)
+            if len(inner) != len(value._tensordict):
+                value = value._new_like(inner)
         result[key] = value
     return result
 

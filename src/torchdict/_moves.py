@@ -278,8 +278,8 @@ class MovesMixin:
         return requires_grad_(self, requires_grad)
 
     def contiguous(self) -> Any:
-        """Every leaf contiguous in memory (leaves that already are are shared)."""
-        return _map_leaves(self, _contiguous, keep_lock=True)
+        """Every leaf contiguous in memory (leaves that already are are shared); unlocked, as upstream."""
+        return _map_leaves(self, _contiguous)
 
     def is_contiguous(self) -> bool:
         """True when every leaf is contiguous."""
