@@ -157,7 +157,7 @@ def _arithmetic_cases() -> list:
              impls={**for_libraries(nested_plus_one), FLOOR: floor_nested_plus_one}),
         Case("td == td", setup=flat_source, impls={**for_libraries(equal), FLOOR: floor_equal}),
         Case("td * (16,) row tensor", setup=flat_source, impls={**for_libraries(scale_rows), FLOOR: floor_scale_rows},
-             note="The row tensor broadcast from the left over the batch dim; upstream's result is its own."),
+             note="The row tensor broadcast over the batch dim (one value per row, whatever the feature dims)."),
         Case("td.exp()", setup=flat_source, impls={**for_libraries(exp), FLOOR: floor_exp}),
     ]
 

@@ -168,35 +168,45 @@ def test_every_table_op_has_a_method_and_in_place_form():
             assert callable(getattr(TensorDict, f"{name}_")), name
 
 
-# --------------------------------------------------------------------------- tensors, broadcast from the left
+# --------------------------------------------------------------------------- tensors, broadcast over the batch dims
 
 
 @st.composite
-def td_and_left_tensor(draw):
+def td_and_batch_tensor(draw):
+    """A TensorDict and a tensor shaped like the trailing dims of its batch (some of them 1)."""
     td = draw(tensordicts())
     batch = td.batch_size
     dims = draw(st.integers(0, len(batch)))
-    shape = [size if draw(st.booleans()) else 1 for size in batch[:dims]]
+    shape = [size if draw(st.booleans()) else 1 for size in batch[len(batch) - dims:]]
     dtype = draw(st.sampled_from([torch.float32, torch.int64]))
     other = (torch.arange(1, 1 + int(torch.Size(shape).numel())) % 5 + 1).to(dtype).view(shape)
     return td, other
 
 
 @SETTINGS
-@given(case=td_and_left_tensor(), name=st.sampled_from(["add", "sub", "mul", "truediv", "rsub", "rtruediv", "eq"]))
-def test_a_tensor_operand_is_broadcast_from_the_left(case, name):
+@given(case=td_and_batch_tensor(), name=st.sampled_from(["add", "sub", "mul", "truediv", "rsub", "rtruediv", "eq"]))
+def test_a_tensor_operand_broadcasts_against_the_batch_then_each_leaf_from_the_left(case, name):
+    # As upstream: the tensor meets the batch like two torch shapes (last dim with last batch
+    # dim), then each leaf over its batch dims, whatever its feature dims.
     td, other = case
     python_operator, reflected = BINARY[name]
+    n_batch = len(td.batch_size)
 
     def aligned(leaf):
         if other.ndim == 0:  # a 0-dim tensor is used as is (like a scalar)
             return other
-        return other.view(other.shape + (1,) * (leaf.ndim - other.ndim))
+        return other.view((1,) * (n_batch - other.ndim) + other.shape + (1,) * (leaf.ndim - n_batch))
 
     if reflected:
         check_leafwise(td, lambda t: python_operator(other, t), lambda leaf: python_operator(aligned(leaf), leaf))
     else:
         check_leafwise(td, lambda t: python_operator(t, other), lambda leaf: python_operator(leaf, aligned(leaf)))
+
+
+def test_a_tensor_meets_the_last_batch_dims_of_a_square_batch():
+    td = TensorDict(a=torch.zeros(3, 3, 2), batch_size=[3, 3])
+    result = td + torch.arange(3.0)
+    assert torch.equal(result["a"][..., 0], torch.arange(3.0).expand(3, 3))
 
 
 def test_a_row_tensor_scales_rows_whatever_the_feature_dims():
@@ -206,20 +216,20 @@ def test_a_row_tensor_scales_rows_whatever_the_feature_dims():
     assert torch.equal(result["b", "c"][:, 0, 0], torch.tensor([1.0, 2.0, 3.0]))
 
 
-def test_a_tensor_with_more_dims_grows_the_batch():
+def test_a_tensor_with_more_dims_grows_the_batch_in_front():
     td = TensorDict(a=torch.arange(3.0), f=torch.ones(3, 2), batch_size=[3])
-    other = torch.arange(9.0).view(3, 3)
+    other = torch.arange(12.0).view(4, 3)
     result = td + other
-    assert result.batch_size == torch.Size([3, 3])
-    assert torch.equal(result["a"], td["a"][:, None] + other)
-    assert torch.equal(result["f"], td["f"][:, None, :] + other[:, :, None])
+    assert result.batch_size == torch.Size([4, 3])
+    assert torch.equal(result["a"], td["a"][None, :] + other)
+    assert torch.equal(result["f"], td["f"][None, :, :] + other[:, :, None])
     empty_batch = TensorDict(a=torch.ones(3)) * torch.tensor([1.0, 2.0, 3.0])
     assert empty_batch.batch_size == torch.Size([3]) and empty_batch["a"].shape == torch.Size([3, 3])
     td["names"] = NonTensorStack(["x", "y", "z"], [3])
     td["sub"] = TensorDict(b=torch.zeros(3, 5), batch_size=[3, 5])
-    grown = td + torch.ones(3, 2)
-    assert grown["names"] == [["x", "x"], ["y", "y"], ["z", "z"]]
-    assert grown["sub"].batch_size == torch.Size([3, 2, 5]) and grown["sub", "b"].shape == torch.Size([3, 2, 5])
+    grown = td + torch.ones(2, 3)
+    assert grown["names"] == [["x", "y", "z"], ["x", "y", "z"]]
+    assert grown["sub"].batch_size == torch.Size([2, 3, 5]) and grown["sub", "b"].shape == torch.Size([2, 3, 5])
 
 
 def test_a_tensor_that_does_not_broadcast_raises_torch_error():
@@ -408,7 +418,7 @@ def test_in_place_broadcast_that_would_grow_a_leaf_raises_before_writing():
     td = TensorDict(a=torch.zeros(3), b=torch.zeros(3, 2), batch_size=[3])
     before = snapshot(td)
     with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
-        td += torch.ones(3, 4)
+        td += torch.ones(4, 3)
     with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
         td.add_(TensorDict(a=torch.ones(3, 5), b=torch.ones(3, 2), batch_size=[3]))
     assert_same_snapshot(before, snapshot(td))

@@ -3,11 +3,12 @@
 An operand is one of:
 
 - a Python number (or a 0-dim tensor): used as is with every leaf;
-- a tensor, broadcast against each leaf *from the left*: its dims line up with
-  the batch dims, so a ``(3,)`` tensor scales each row of a batch-``[3]``
-  TensorDict whatever the leaves' feature dims. A tensor with more dims than
-  the batch grows the batch (batch ``[3]`` and a ``(3, 3)`` tensor give batch
-  ``[3, 3]``);
+- a tensor: broadcast against the batch size as torch broadcasts shapes (a
+  ``(3,)`` tensor meets the last batch dim), then applied to each leaf from the
+  left, over its batch dims, whatever its feature dims: a ``(3,)`` tensor scales
+  each row of a batch-``[3]`` TensorDict. A tensor with more dims than the batch
+  grows the batch in front (batch ``[3]`` and a ``(4, 3)`` tensor give batch
+  ``[4, 3]``), as upstream does;
 - a TensorDict (or tensorclass) with the same keys: leaves are paired by key.
   The two batch sizes broadcast like tensor shapes (``[3]`` with ``[1]`` gives
   ``[3]``), and so do the feature dims, separately, so that batch element
@@ -66,18 +67,22 @@ def grow_error(batch_size: torch.Size, new_batch: torch.Size) -> RuntimeError:
 
 
 def tensor_operands(batch_size: torch.Size, leaves: list, other: torch.Tensor) -> tuple:
-    """``(leaves, per-leaf views of other, new batch size)`` for ``other`` broadcast from the left."""
+    """``(leaves, per-leaf views of other, new batch size)`` for a tensor operand.
+
+    ``other`` broadcasts against the batch size as torch broadcasts two shapes (its last
+    dim meets the last batch dim), then lines up with each leaf's batch dims, the leaf's
+    feature dims following (``other`` gets trailing singleton dims). Dims it has beyond the
+    batch's grow the batch in front, as they would for a tensor of the batch's shape.
+    """
     n_batch, n_other = len(batch_size), other.ndim
+    new_batch = torch.broadcast_shapes(batch_size, other.shape)
+    if n_other < n_batch:
+        other = other.view((1,) * (n_batch - n_other) + other.shape)
+    elif n_other > n_batch:
+        extra = (1,) * (n_other - n_batch)
+        leaves = [leaf.view(extra + leaf.shape) for leaf in leaves]
     cache: dict = {}
-    if n_other <= n_batch:
-        new_batch = torch.broadcast_shapes(batch_size, other.shape + (1,) * (n_batch - n_other))
-        return leaves, [padded(other, leaf.ndim, cache) for leaf in leaves], new_batch
-    # More dims than the batch: the extra ones become new batch dims, inserted
-    # between each leaf's batch dims and its feature dims.
-    extra = n_other - n_batch
-    new_batch = torch.broadcast_shapes(batch_size + (1,) * extra, other.shape)
-    grown = [leaf.view(leaf.shape[:n_batch] + (1,) * extra + leaf.shape[n_batch:]) for leaf in leaves]
-    return grown, [padded(other, leaf.ndim, cache) for leaf in grown], new_batch
+    return leaves, [padded(other, leaf.ndim, cache) for leaf in leaves], new_batch
 
 
 def align(leaf: torch.Tensor, n_batch: int, to_batch: int, to_features: int) -> torch.Tensor:

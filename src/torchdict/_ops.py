@@ -201,7 +201,7 @@ def binary(td: Any, other: Any, op: PointwiseOp, kwargs: dict, reflected: bool =
 
 
 def _grown_non_tensor(n_batch: int, n_operand: int) -> Callable:
-    """Non-tensor leaves under a batch grown by a tensor operand (aligned on the left, like the leaves)."""
+    """Non-tensor leaves under a batch grown by a tensor operand (the new dims in front, like the leaves')."""
     extra = max(n_operand - n_batch, 0)
 
     def grow(leaf: Any, batch_size: torch.Size) -> Any:
@@ -211,7 +211,7 @@ def _grown_non_tensor(n_batch: int, n_operand: int) -> Callable:
             return leaf._with_batch_size(batch_size)
 
         def spread(grid: torch.Tensor) -> torch.Tensor:
-            return grid.view(grid.shape[:n_batch] + (1,) * extra + grid.shape[n_batch:]).expand(batch_size)
+            return grid.view((1,) * extra + grid.shape).expand(batch_size)
 
         return leaf._batch_op(spread)
 
