@@ -669,3 +669,18 @@ def test_docstring_examples_run():
         failures, _ = doctest.testmod(module, extraglobs={"torch": torch, "TensorDict": TensorDict},
                                       optionflags=doctest.ELLIPSIS)
         assert failures == 0, module.__name__
+
+
+def test_where_chooses_non_tensor_entries_element_by_element():
+    first = TensorDict(x=torch.zeros(3), s="a", n={"t": "p"}, batch_size=[3])
+    second = TensorDict(x=torch.ones(3), s="b", n={"t": "q"}, batch_size=[3])
+    condition = torch.tensor([True, False, True])
+    before = (snapshot(first), snapshot(second))
+    result = torch.where(condition, first, second)
+    assert result["s"] == ["a", "b", "a"] and result["n", "t"] == ["p", "q", "p"]
+    assert torch.equal(result["x"], torch.where(condition, first["x"], second["x"]))
+    assert torch.where(condition, second, first)["s"] == ["b", "a", "b"]
+    same = TensorDict(x=torch.ones(3), s="a", n={"t": "p"}, batch_size=[3])
+    assert torch.where(condition, first, same)["s"] == "a"  # one value everywhere stays one value
+    assert_same_snapshot(before[0], snapshot(first))
+    assert_same_snapshot(before[1], snapshot(second))

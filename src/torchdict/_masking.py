@@ -14,6 +14,7 @@ import torch
 
 from ._apply import flat_tensors, rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
+from .nontensor import NonTensorData, NonTensorStack
 from ._operands import (
     TdOperands,
     check_inplace_shapes,
@@ -181,7 +182,38 @@ def where(td: Any, condition: torch.Tensor, other: Any, swap: bool = False) -> A
     for position, (leaf, leaf_condition) in enumerate(zip(leaves, conditions)):
         item = _item(others, position)
         results.append(torch.where(leaf_condition, item, leaf) if swap else torch.where(leaf_condition, leaf, item))
-    return finish(td, results, flat)
+    result = finish(td, results, flat)
+    if isinstance(other, TensorCollection):
+        _where_non_tensors(result, td, unwrap(other), condition, swap)
+    return result
+
+
+def _per_element(entry: Any, batch_size: torch.Size) -> list:
+    """The value of a non-tensor entry at each element of ``batch_size``, flat (row-major)."""
+    if type(entry) is NonTensorStack:
+        return list(entry._values)
+    return [entry.data] * batch_size.numel()
+
+
+def _where_non_tensors(result: Any, td: Any, other: Any, condition: torch.Tensor, swap: bool) -> None:
+    """The non-tensor entries both sides hold, chosen element by element as the tensors are (the leaf
+    loop keeps ``td``'s). A condition that covers feature dims has no say over them: they are kept."""
+    for key in td.keys(True):  # (leaves_only would leave the non-tensor entries out)
+        mine = td.get(key)
+        if type(mine) not in (NonTensorData, NonTensorStack):
+            continue
+        theirs = other.get(key, None)
+        if type(theirs) not in (NonTensorData, NonTensorStack) or theirs.batch_size != mine.batch_size:
+            continue
+        batch_size = mine.batch_size
+        if condition.ndim > len(batch_size):
+            continue
+        picks = condition.view(condition.shape + (1,) * (len(batch_size) - condition.ndim)).expand(batch_size)
+        first, second = (theirs, mine) if swap else (mine, theirs)
+        values = [a if pick else b for pick, a, b in zip(picks.reshape(-1).tolist(), _per_element(first, batch_size),
+                                                          _per_element(second, batch_size))]
+        if values != _per_element(mine, batch_size):
+            result.set(key, NonTensorStack(values, batch_size, mine.device))
 
 
 def masked_fill(td: Any, mask: torch.Tensor, value: Any, inplace: bool = False) -> Any:
