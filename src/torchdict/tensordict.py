@@ -14,8 +14,10 @@ import torch
 from . import _keyops
 from ._apply import ApplyMixin
 from ._base import TensorCollection
+from ._constructors import ConstructorsMixin
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
-from ._convert import check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, quick_batch_len, to_leaf
+from ._convert import (check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, quick_batch_len,
+                       to_leaf)
 from ._convert import tensor_len as _tensor_len
 from ._errors import (
     KeyThroughLeafError,
@@ -70,6 +72,7 @@ class TensorDict(
     ParallelMixin,
     DistributedMixin,
     LockingMixin,
+    ConstructorsMixin,
     TensorCollection,
 ):
     """A dictionary of tensors sharing leading batch dimensions.
@@ -208,55 +211,6 @@ class TensorDict(
         if batch_size is None:
             return self._new_unsafe(source, self._batch_size, self._device, self._names)
         return self._new_unsafe(source, batch_size, self._device)
-
-    @classmethod
-    def fromkeys(cls, keys: Sequence[Any], value: Any = 0) -> "TensorDict":
-        """A new TensorDict with every key set to ``value`` (one shared leaf).
-
-        >>> TensorDict.fromkeys(["a", ("b", "c")], 0)["b", "c"]
-        tensor(0)
-        """
-        td = cls()
-        leaf = to_leaf(value, None, td._batch_size, None)
-        for key in keys:
-            td._set_path(key_to_tuple(key), leaf)
-        return td
-
-    @classmethod
-    def from_dict(cls, input_dict: Mapping, *, auto_batch_size: Optional[bool] = None,
-                  batch_size: Any = None, device: Any = None, batch_dims: Optional[int] = None,
-                  names: Optional[Sequence[Optional[str]]] = None) -> "TensorDict":
-        """Recursively convert a (nested) mapping.
-
-        With ``batch_dims`` (or ``auto_batch_size=True``) the batch size is the
-        leading dims shared by every leaf (at most ``batch_dims`` of them).
-
-        >>> TensorDict.from_dict({"a": torch.zeros(3, 2)}, batch_dims=1).batch_size
-        torch.Size([3])
-        """
-        if isinstance(input_dict, Mapping) and any(type(key) is tuple for key in input_dict):
-            # Tuple keys merge into the levels the other keys make (the constructor refuses a str key
-            # that would replace a level written through a tuple key): they go last.
-            input_dict = {**{key: value for key, value in input_dict.items() if type(key) is not tuple},
-                          **{key: value for key, value in input_dict.items() if type(key) is tuple}}
-        td = cls(input_dict, batch_size=batch_size, device=device)
-        if batch_size is None and (auto_batch_size or batch_dims is not None):
-            td.auto_batch_size_(batch_dims)
-        if names is not None:
-            td.names = names
-        return td
-
-    def auto_batch_size_(self, batch_dims: Optional[int] = None) -> "TensorDict":
-        """Set the batch size to the leading dims common to every leaf; returns self."""
-        shapes = [leaf.shape for _, leaf in self.items(True, True)]
-        common: list = []
-        if shapes:
-            for dims in zip(*shapes):
-                if any(dim != dims[0] for dim in dims) or (batch_dims is not None and len(common) >= batch_dims):
-                    break
-                common.append(dims[0])
-        self.batch_size = torch.Size(common)
-        return self
 
     # ------------------------------------------------------------------ metadata
     @property
