@@ -754,3 +754,15 @@ def test_split_keys_remainder_drops_every_empty_level_and_leaves_the_source_alon
     _, kept = td.split_keys(["b"], reproduce_struct=True)
     assert set(kept.keys(True)) == {"e", ("e", "f"), ("e", "x"), "g"}
     assert_same_snapshot(before, snapshot(td))
+
+
+@pytest.mark.parametrize("batch_dims", [None, 1])
+def test_auto_batch_size_gives_each_level_the_dims_its_own_leaves_share(batch_dims):
+    td = TensorDict({"a": torch.zeros(4, 5, 2), "e": {}, "s": "x",
+                     "n": {"b": torch.zeros(4, 5, 6, 7), "m": {"c": torch.zeros(4, 5, 6, 3)}}})
+    td.auto_batch_size_(batch_dims)
+    expected = {(): [4, 5], ("n",): [4, 5, 6], ("n", "m"): [4, 5, 6, 3], ("e",): [4, 5]}
+    for path, sizes in expected.items():
+        level = td[path] if path else td
+        assert level.batch_size == torch.Size(sizes[:batch_dims] if batch_dims else sizes)
+    assert td.get("s").batch_size == td.batch_size and td["s"] == "x"

@@ -54,13 +54,27 @@ class ConstructorsMixin:
         return td
 
     def auto_batch_size_(self, batch_dims: Optional[int] = None) -> "TensorDict":
-        """Set the batch size to the leading dims common to every leaf; returns self."""
-        shapes = [leaf.shape for _, leaf in self.items(True, True)]
-        common: list = []
-        if shapes:
-            for dims in zip(*shapes):
-                if any(dim != dims[0] for dim in dims) or (batch_dims is not None and len(common) >= batch_dims):
-                    break
-                common.append(dims[0])
-        self.batch_size = torch.Size(common)
+        """Set the batch size to the leading dims common to every leaf (at most ``batch_dims``),
+        and each sub-TensorDict's to those common to its own leaves, as upstream; returns self.
+
+        >>> td = TensorDict({"a": torch.zeros(4, 2), "n": {"b": torch.zeros(4, 3)}}).auto_batch_size_()
+        >>> td.batch_size, td["n"].batch_size
+        (torch.Size([4]), torch.Size([4, 3]))
+        """
+        _auto_batch_size(self, batch_dims)
         return self
+
+
+def _auto_batch_size(td: Any, batch_dims: Optional[int]) -> None:
+    # The sub-TensorDicts first: the dims common to a part of the leaves extend those common to all.
+    subs = [value for value in td._tensordict.values() if isinstance(value, ConstructorsMixin)]
+    for sub in subs:
+        _auto_batch_size(sub, batch_dims)
+    shapes = [leaf.shape for _, leaf in td.items(True, True)]
+    common: list = []
+    if shapes:
+        for dims in zip(*shapes):
+            if any(dim != dims[0] for dim in dims) or (batch_dims is not None and len(common) >= batch_dims):
+                break
+            common.append(dims[0])
+    td.batch_size = torch.Size(common)
