@@ -458,3 +458,18 @@ def test_doc_page_examples_run():
     data = namespace["data"]
     assert data["obs"].shape == (1000, 4) and data["next"].batch_size == torch.Size([1000])
     assert data["info"] == "ok"
+
+
+@pytest.mark.parametrize("index", [True, torch.tensor([True, False, True, False]), torch.tensor([0, 2])], ids=repr)
+def test_writing_a_tensor_casts_it_to_each_leaf_dtype_whatever_the_index(index):
+    # A bool or tensor index writes through index_put_, which refuses a dtype mismatch that
+    # basic indexing casts: every leaf must still get the value, in its own dtype.
+    td = TensorDict(a=torch.zeros(4), b=torch.zeros(4, dtype=torch.long), batch_size=[4])
+    value = torch.tensor([1.5, 2.5]) if isinstance(index, torch.Tensor) and index.dtype == torch.long else \
+        torch.tensor(7.5)
+    expected = {key: leaf.clone() for key, leaf in td.items()}
+    for leaf in expected.values():
+        leaf[index] = value.to(leaf.dtype)
+    td[index] = value
+    for key, leaf in expected.items():
+        assert torch.equal(td[key], leaf) and td[key].dtype == leaf.dtype

@@ -552,11 +552,17 @@ def _plan_broadcast(plan: _WritePlan, target: Any, value: Any) -> None:
         if isinstance(leaf, _Tensor):
             if type(value) is complex and not leaf.is_complex():
                 raise TypeError(f"cannot write the complex number {value} into a {leaf.dtype} leaf")
+            item = value
             if isinstance(value, _Tensor):
                 target_shape = plan.dest_batch + leaf.shape[n_top:]
                 if value.shape != target_shape:
                     _check_broadcast(value, target_shape)
-            plan.copies.append((leaf, value))
+                if value.dtype != leaf.dtype:
+                    # Cast up front: a bool or tensor index writes through index_put_, which refuses
+                    # a dtype mismatch (basic indexing would cast), and it would refuse after the
+                    # leaves before it were written.
+                    item = value.to(leaf.dtype)
+            plan.copies.append((leaf, item))
         elif isinstance(leaf, TensorCollection):
             _plan_broadcast(plan, unwrap(leaf), value)
 
