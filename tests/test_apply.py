@@ -292,3 +292,18 @@ def test_which_trees_take_the_one_pass_path(case):
     assert (storage is not None) == one_pass
     if one_pass:
         assert list(storage) == list(td.keys())
+
+
+@pytest.mark.parametrize("filter_empty,expected", [
+    (None, {"none": {"e"}, "identity": {"a", "e", "n", ("n", "b")}, "drop b": {"a", "e"}}),
+    (True, {"none": None, "identity": {"a", "n", ("n", "b")}, "drop b": {"a"}}),
+    (False, {"none": {"e", "n"}, "identity": {"a", "e", "n", ("n", "b")}, "drop b": {"a", "e", "n"}}),
+], ids=["default", "True", "False"])
+def test_filter_empty_decides_which_empty_levels_stay(filter_empty, expected):
+    # As upstream: by default a level fn emptied goes; True also drops levels that held nothing
+    # (and gives None for an empty result); False keeps them all.
+    td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.zeros(2)}, "e": {}}, [2])
+    fns = {"none": lambda x: None, "identity": lambda x: x, "drop b": lambda x: None if x is td["n", "b"] else x}
+    for name, fn in fns.items():
+        result = td.apply(fn, filter_empty=filter_empty)
+        assert (None if result is None else set(result.keys(True))) == expected[name], name

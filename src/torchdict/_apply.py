@@ -163,7 +163,7 @@ def apply(td: Any, fn: Callable, others: tuple, *, batch_size: Any = None, devic
     if out is not None:
         out.update(td._new_unsafe(storage, new_batch, new_device), inplace=True)
         return out
-    if not storage and run.dropped and filter_empty is not False:
+    if not storage and (filter_empty is True or (run.dropped and filter_empty is None)):
         return None
     result = td._new_unsafe(storage, new_batch, new_device)
     if batch_size is None and names is _MISSING:
@@ -244,6 +244,11 @@ class _ApplyRun:
         self.dropped = False
         # In place, a tensor held under several keys (``fromkeys`` shares one) is written once.
         self.written: set = set()
+
+    def drops_empty(self, sub: Any) -> bool:
+        """Whether a sub-TensorDict whose result holds nothing is left out: by default when ``fn``
+        emptied it, with ``filter_empty=True`` also when it held nothing (as upstream)."""
+        return self.filter_empty is True or (self.filter_empty is None and bool(sub._tensordict))
 
     def storage(self, td: Any, other_storages: list, batch_size: torch.Size, prefix: tuple) -> dict:
         """The result storage for ``td`` (empty when ``inplace``: the leaves are written instead)."""
@@ -375,7 +380,7 @@ class _ApplyRun:
             inner_storage = self.storage(inner, inner_others, inner_batch, path)
             if self.inplace:
                 return DROP
-            if not inner_storage and self.filter_empty is not False and inner._tensordict:
+            if not inner_storage and self.drops_empty(inner):
                 return DROP  # everything in it was dropped
             names = inner._names if inner_batch is inner._batch_size else None
             return rewrap(leaf, inner._new_unsafe(inner_storage, inner_batch, self.device, names))
@@ -404,7 +409,9 @@ class ApplyMixin:
         """``fn(leaf, *other_leaves)`` on every tensor leaf, recursing into sub-TensorDicts.
 
         - a ``None`` return drops the key; when everything is dropped the result is ``None``
-          (``filter_empty=False`` keeps the emptied sub-TensorDicts, and an empty result);
+          (``filter_empty=False`` keeps the emptied sub-TensorDicts, and an empty result;
+          ``filter_empty=True`` also leaves out the sub-TensorDicts that held nothing, and gives None
+          for an empty result);
         - non-tensor entries are passed through without calling ``fn``;
         - ``others`` are TensorDicts with the same keys (``KeyError`` otherwise, unless
           ``default=`` fills the missing entries);

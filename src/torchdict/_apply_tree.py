@@ -125,7 +125,7 @@ def _rebuild(run: Any, levels: Any, results: Any, batch_size: torch.Size, fits: 
                 out[key] = run._checked(value, path + (key,) if path else key, batch_size, n_batch)
     for key, sub in level.subs:
         inner = _rebuild(run, levels, results, batch_size, fits)
-        if not inner and run.filter_empty is not False and sub._tensordict:
+        if not inner and run.drops_empty(sub):
             continue  # everything in it was dropped
         out[key] = sub._new_unsafe(inner, sub._batch_size, run.device, sub._names)
     if level.subs and not level.ordered:
