@@ -622,8 +622,8 @@ def test_update_batch_size_adopts_the_source_batch_at_every_level():
             assert sub.batch_size[:1] == td.batch_size
 
 
-@pytest.mark.parametrize("case", ["dest key the source lacks", "nested dest key", "inplace", "keys_to_update",
-                                  "locked", "source batch extends the dest's"])
+@pytest.mark.parametrize("case", ["dest key the source lacks", "nested dest key", "dest non-tensor entry",
+                                  "inplace", "keys_to_update", "locked", "source batch extends the dest's"])
 def test_update_batch_size_refusals_change_nothing(case):
     td = TensorDict({"a": torch.zeros(4), "s": {"x": torch.zeros(4), "y": torch.zeros(4)}}, [4])
     source = TensorDict({"a": torch.ones(3), "s": {"x": torch.ones(3), "y": torch.ones(3)}}, [3])
@@ -633,6 +633,8 @@ def test_update_batch_size_refusals_change_nothing(case):
         td["b"] = torch.zeros(4)
     elif case == "nested dest key":
         del source["s", "y"]
+    elif case == "dest non-tensor entry":
+        td["note"] = "kept with the old batch otherwise"
     elif case == "inplace":
         kwargs["inplace"] = True
         expected = (RuntimeError, "update was called with inplace=True")

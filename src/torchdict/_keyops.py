@@ -78,12 +78,17 @@ def _check_batch_adoption(td: Any, source: Any, inplace: bool, keys_to_update: A
                            "supported.")
     if td._is_locked:
         raise locked_error()
-    missing = set(td.keys(True, True)) - set(source.keys(True, True))
+    missing = _entry_keys(td) - _entry_keys(source)
     if missing:
         raise RuntimeError(
             "Some keys of the dest tensordict are not present in the source during update with mismatching "
             f"batch-size. batch_size of source={source.batch_size}, batch_size of dest={td.batch_size}, keys in "
             f"dest but not in source: {sorted(missing, key=str)}.")
+
+
+def _entry_keys(td: Any) -> set:
+    """The nested keys of every tensor and non-tensor entry (what a new batch size must replace)."""
+    return {key for key, value in td.items(True) if not isinstance(value, TensorCollection)}
 
 
 def _adopt_batch(td: Any, source_storage: Any, batch_size: torch.Size) -> None:

@@ -14,7 +14,6 @@ import torch
 
 from ._apply import flat_tensors, rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
-from .nontensor import NonTensorData, NonTensorStack
 from ._operands import (
     TdOperands,
     check_inplace_shapes,
@@ -26,6 +25,7 @@ from ._operands import (
     padded,
     preflight,
 )
+from .nontensor import NonTensorData, NonTensorStack
 
 _Tensor = torch.Tensor
 _FAILED = (TypeError, RuntimeError, NotImplementedError)
