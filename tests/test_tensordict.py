@@ -49,11 +49,15 @@ def _flat_source(case: str) -> dict:
         source["sub"] = {"x": torch.randn(4, 2), "deeper": {"y": torch.zeros(4)}}
     elif case == "number":
         source["n"] = 3
+    elif case == "string":
+        source["s"] = "text"
+    elif case == "none":
+        source["k7"] = None
     return source
 
 
 @pytest.mark.parametrize("case", ["plain", "short leaf in the middle", "short leaf last", "0-dim leaf", "parameter",
-                                  "tuple key", "nested dict", "number"])
+                                  "tuple key", "nested dict", "number", "string", "none"])
 def test_construction_from_a_flat_dict_checks_every_entry(case):
     # Building from a dict equals setting its entries one by one into an empty TensorDict
     # (the same leaves, nesting and casting), and a bad entry raises the same error.

@@ -40,22 +40,24 @@ def quick_batch_len(batch_size: torch.Size) -> int:
     if not batch_size:
         return 0
     return batch_size[0] if len(batch_size) == 1 and batch_size[0] > 0 else -1
-_ONLY_TENSOR = {_Tensor}
 
 
 def plain_leaves_fit(source: dict, first: int) -> bool:
-    """True when every key of ``source`` is a str and every value a plain ``torch.Tensor`` whose
-    first size is ``first`` (> 0): such a dict is a valid storage for the batch size ``[first]``.
+    """True when every key of ``source`` is a str and every value a ``torch.Tensor`` (a
+    subclass too, as the entry-by-entry path accepts) whose first size is ``first`` (> 0):
+    such a dict is a valid storage for the batch size ``[first]``.
 
-    Three C-level passes (key types, value types, first sizes) instead of a Python loop: the
-    fast path of building a TensorDict from a flat dict of tensors. A 0-dim tensor has C
-    length 0, hence ``first > 0``.
+    Two C-level passes (key types, first sizes) instead of a Python loop: the fast path of
+    building a TensorDict from a flat dict of tensors. The size pass is also the value type
+    test: :data:`tensor_len` raises TypeError for anything that is not a tensor. A 0-dim
+    tensor has C length 0, hence ``first > 0``.
     """
-    if first <= 0 or not source:
+    if first <= 0 or not source or set(map(type, source)) != _ONLY_STR:
         return False
-    values = source.values()
-    return (set(map(type, source)) == _ONLY_STR and set(map(type, values)) == _ONLY_TENSOR
-            and set(map(tensor_len, values)) == {first})
+    try:
+        return set(map(tensor_len, source.values())) == {first}
+    except TypeError:
+        return False
 
 
 def parse_batch_size(batch_size: Any) -> torch.Size:
