@@ -72,6 +72,10 @@ def specialised_dictionary() -> None:
     data = TensorDict({"a-tensor": torch.randn(1, 2)}, batch_size=[1, 2])
     data["non-tensor"] = "a string!"
     assert data["non-tensor"] == "a string!"
+    # Stacking keeps one value per element; indexing back to one input gives its value.
+    steps = torch.stack([TensorDict({"obs": torch.zeros(2), "phase": phase}, batch_size=[2])
+                         for phase in ("warmup", "train")])
+    print("stacked non-tensor:", steps["phase"], "->", steps[1]["phase"])
     # update merges sub-TensorDicts; update_batch_size=True takes the source's batch size at every
     # level, provided the source replaces every leaf (otherwise it is refused before any write).
     episode = TensorDict({"obs": torch.zeros(4, 3), "info": {"step": torch.zeros(4)}}, batch_size=[4])

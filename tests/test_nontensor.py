@@ -74,3 +74,49 @@ def test_in_a_tensordict():
     td.set_("s", "bye")
     assert td["s"] == "bye"
     assert "s" not in td.keys(leaves_only=True)
+
+
+def _row(text, n=4):
+    return TensorDict({"a": torch.zeros(n), "s": text}, batch_size=[n])
+
+
+def test_stack_then_index_gives_back_each_value():
+    rows = [_row("x"), _row("y"), _row("z")]
+    stacked = torch.stack(rows)
+    assert [stacked[i]["s"] for i in range(3)] == ["x", "y", "z"]
+    assert [td["s"] for td in stacked.unbind(0)] == ["x", "y", "z"]
+    assert stacked[1, :2]["s"] == "y"
+    assert stacked[:, 0]["s"] == ["x", "y", "z"]
+
+
+@pytest.mark.parametrize("combine", [lambda tds: torch.stack(tds), lambda tds: torch.stack(tds, 1),
+                                     lambda tds: torch.cat(tds)])
+@pytest.mark.parametrize("index", [(1,), (slice(None), 2), (1, slice(0, 2)), (slice(0, 2),),
+                                   (slice(None), slice(1, 3)), (slice(4, 6),)])
+def test_what_is_stacked_or_concatenated_reads_back_as_written(combine, index):
+    # Elements that all come from one source read back as its value; elements from several
+    # sources read back as the per-element nested list (what indexing the values gives).
+    combined = combine([_row("x"), _row("y"), _row("z")])
+    sources = NonTensorStack.from_nested_list(combined["s"], combined.batch_size)
+    try:
+        picked = sources._batch_op(lambda grid: grid[index])
+    except IndexError:
+        return
+    values = set(picked._flat_values())
+    result = combined[index]["s"]
+    if len(values) == 1:
+        assert result == values.pop()
+    else:
+        assert result == picked.data
+
+
+def test_writing_one_value_at_an_index_reads_back_as_that_value():
+    td = TensorDict({"a": torch.zeros(2, 3), "s": "x"}, batch_size=[2, 3])
+    td[1] = TensorDict({"a": torch.ones(3), "s": "z"}, batch_size=[3])
+    assert (td[0]["s"], td[1]["s"]) == ("x", "z")
+    assert td["s"] == [["x"] * 3, ["z"] * 3]
+    td[:] = TensorDict({"a": torch.ones(2, 3), "s": "w"}, batch_size=[2, 3])
+    assert td["s"] == "w" and type(td.get("s")) is NonTensorData
+    # Values given one per element stay per element, even when some are equal.
+    stack = NonTensorStack(["p", "p", "q"], [3])
+    assert stack._batch_op(lambda grid: grid[:2]).data == ["p", "p"]

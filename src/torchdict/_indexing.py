@@ -471,9 +471,12 @@ def _put(storage: dict, key: str, value: Any) -> None:
 
 def _write_non_tensor(target: Any, key: str, existing: Any, value: Any, index: Any) -> None:
     if type(existing) is NonTensorData:
-        existing = NonTensorStack(existing._flat_values(), existing.batch_size, existing.device)
-        target._tensordict[key] = existing
+        existing = NonTensorStack(existing._flat_values(), existing.batch_size, existing.device,
+                                  existing._flat_origins())
     existing._set_at(index, value)
+    # Back to one value when the write covered every element with one value.
+    one = existing._as_one_value()
+    target._tensordict[key] = existing if one is None else one
 
 
 def _plan_collection(plan: _WritePlan, target: Any, source: Any, prefix: tuple) -> None:

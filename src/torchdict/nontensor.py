@@ -7,14 +7,24 @@ different indices). Batch operations are applied to an *index grid*
 (``arange(numel).view(batch_size)``), so any op that works on a tensor of
 the batch shape (indexing, permute, reshape, stack, ...) works here too,
 with no per-op code.
+
+A stack also remembers, per element, which written value it came from (its
+*origin*: one token per ``NonTensorData`` stacked, concatenated or written at an
+index). A batch op whose elements all come from one such value gives that value
+back as a ``NonTensorData``: ``torch.stack(tds)[i]["s"]`` is ``tds[i]["s"]``, not
+a list repeating it.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Sequence
+from itertools import count
+from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
+
+# Origin tokens: a fresh one for each value written as a whole (next() on a count is atomic).
+_new_origin = count().__next__
 
 
 def _shape_probe(batch_size: torch.Size) -> torch.Tensor:
@@ -68,6 +78,9 @@ class NonTensorData:
     def _flat_values(self) -> List[Any]:
         return [self.data] * self.batch_size.numel()
 
+    def _flat_origins(self) -> List[Any]:
+        return [_new_origin()] * self.batch_size.numel()
+
     def clone(self) -> "NonTensorData":
         return NonTensorData(self.data, self.batch_size, self.device)
 
@@ -94,15 +107,18 @@ class NonTensorStack:
     ['a', 'b']
     """
 
-    __slots__ = ("_values", "batch_size", "device")
+    __slots__ = ("_values", "_origins", "batch_size", "device")
 
-    def __init__(self, values: Sequence[Any], batch_size: Sequence[int], device: Any = None) -> None:
+    def __init__(self, values: Sequence[Any], batch_size: Sequence[int], device: Any = None,
+                 origins: Optional[Sequence[Any]] = None) -> None:
         batch_size = torch.Size(batch_size)
         if len(values) != batch_size.numel():
             raise ValueError(
                 f"NonTensorStack got {len(values)} values for a batch of {batch_size.numel()} elements."
             )
         self._values = list(values)
+        # One origin token per value (None: a value of its own), or None when no value has one.
+        self._origins = None if origins is None or not any(o is not None for o in origins) else list(origins)
         self.batch_size = batch_size
         self.device = None if device is None else torch.device(device)
 
@@ -143,36 +159,47 @@ class NonTensorStack:
     def _flat_values(self) -> List[Any]:
         return list(self._values)
 
+    def _flat_origins(self) -> List[Any]:
+        return [None] * len(self._values) if self._origins is None else list(self._origins)
+
     def _index_grid(self) -> torch.Tensor:
         return torch.arange(len(self._values)).view(self.batch_size)
 
     def _batch_op(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "NonTensorData | NonTensorStack":
         grid = fn(self._index_grid())
-        return _from_grid(grid, self._values, self.device)
+        return _from_grid(grid, self._values, self._origins, self.device)
 
     def _with_batch_size(self, batch_size: torch.Size) -> "NonTensorStack":
-        return NonTensorStack(self._values, batch_size, self.device)
+        return NonTensorStack(self._values, batch_size, self.device, self._origins)
 
     def _to_device(self, device: Any) -> "NonTensorStack":
-        return NonTensorStack(self._values, self.batch_size, device)
+        return NonTensorStack(self._values, self.batch_size, device, self._origins)
 
     def _set_at(self, index: Any, value: Any) -> None:
+        """Write ``value`` at ``index`` in place; a value written as a whole gets a fresh origin."""
         positions = self._index_grid()[index].reshape(-1).tolist()
         if isinstance(value, (NonTensorData, NonTensorStack)):
-            new_values = value._flat_values()
+            new_values, new_origins = value._flat_values(), value._flat_origins()
             if len(new_values) == 1:
-                new_values = new_values * len(positions)
+                new_values, new_origins = new_values * len(positions), new_origins * len(positions)
         else:
-            new_values = [value] * len(positions)
+            new_values, new_origins = [value] * len(positions), [_new_origin()] * len(positions)
         if len(new_values) != len(positions):
             raise RuntimeError(
                 f"Cannot write {len(new_values)} non-tensor values into {len(positions)} positions."
             )
-        for position, item in zip(positions, new_values):
+        origins = self._flat_origins()
+        for position, item, origin in zip(positions, new_values, new_origins):
             self._values[position] = item
+            origins[position] = origin
+        self._origins = origins
+
+    def _as_one_value(self) -> "Optional[NonTensorData]":
+        """This stack as a NonTensorData when every element comes from one written value, else None."""
+        return _one_value(self._values, self._origins, self.batch_size, self.device)
 
     def clone(self) -> "NonTensorStack":
-        return NonTensorStack(self._values, self.batch_size, self.device)
+        return NonTensorStack(self._values, self.batch_size, self.device, self._origins)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, NonTensorStack):
@@ -185,11 +212,26 @@ class NonTensorStack:
         return f"NonTensorStack({self.tolist()!r}, batch_size={self.batch_size}, device={self.device})"
 
 
-def _from_grid(grid: torch.Tensor, values: Sequence[Any], device: Any) -> "NonTensorData | NonTensorStack":
-    picked = [values[i] for i in grid.reshape(-1).tolist()]
+def _one_value(values: list, origins: Optional[list], batch_size: torch.Size,
+               device: Any) -> Optional[NonTensorData]:
+    if not values or origins is None:
+        return None
+    first = origins[0]
+    if first is None or origins.count(first) != len(origins):
+        return None
+    return NonTensorData(values[0], batch_size, device)
+
+
+def _from_grid(grid: torch.Tensor, values: Sequence[Any], origins: Optional[Sequence[Any]],
+               device: Any) -> "NonTensorData | NonTensorStack":
+    """The elements of ``values`` that ``grid`` (a batch op's result on the index grid) picks."""
+    flat = grid.reshape(-1).tolist()
+    picked = [values[i] for i in flat]
     if grid.dim() == 0:
         return NonTensorData(picked[0], (), device)
-    return NonTensorStack(picked, grid.shape, device)
+    picked_origins = None if origins is None else [origins[i] for i in flat]
+    one = _one_value(picked, picked_origins, grid.shape, device)
+    return one if one is not None else NonTensorStack(picked, grid.shape, device, picked_origins)
 
 
 def is_non_tensor(leaf: object) -> bool:
@@ -199,18 +241,22 @@ def is_non_tensor(leaf: object) -> bool:
 def combine_non_tensor(
     leaves: Sequence["NonTensorData | NonTensorStack"],
     combine: Callable[[List[torch.Tensor]], torch.Tensor],
-) -> NonTensorStack:
+) -> "NonTensorData | NonTensorStack":
     """Stack or concatenate non-tensor leaves with the same ``combine`` torch uses for tensors.
 
     ``combine`` receives one index grid per leaf (offset so the grids are disjoint)
     and returns the combined grid, e.g. ``lambda grids: torch.stack(grids, dim)``.
+    Each ``NonTensorData`` is a value of its own (an origin), so indexing the result
+    back to one of them gives that value.
     """
     values: list = []
+    origins: list = []
     grids = []
     for leaf in leaves:
         flat = leaf._flat_values()
         grids.append(torch.arange(len(values), len(values) + len(flat)).view(leaf.batch_size))
         values.extend(flat)
+        origins.extend(leaf._flat_origins())
     grid = combine(grids)
     device = leaves[0].device if leaves else None
-    return NonTensorStack([values[i] for i in grid.reshape(-1).tolist()], grid.shape, device)
+    return _from_grid(grid, values, origins, device)
