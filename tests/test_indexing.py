@@ -277,6 +277,21 @@ def test_setitem_with_a_mask_and_a_tensordict():
     assert (td["key 1"][mask] == 0).all() and (td["key 1"][1] != 0).any()
 
 
+def test_setitem_repeats_a_source_batch_matching_the_slots_last_dims():
+    # td[1:3] = value of batch [4] on batch [3, 4]: the value is written into both rows, like a
+    # tensor of shape [4] would be, nested entries and new keys included.
+    td = make_td()
+    value = TensorDict({"key 1": torch.randn(4, 5), "n": {"x": torch.randn(4, 2)}, "new": torch.ones(4)},
+                       batch_size=[4])
+    expected = {key: td[key].clone() for key in ("key 1", ("n", "x"))}
+    for key in expected:
+        expected[key][1:3] = value[key]
+    td[1:3] = value
+    for key, tensor in expected.items():
+        assert torch.equal(td[key], tensor)
+    assert td["new"].tolist() == [[0.0] * 4, [1.0] * 4, [1.0] * 4]
+
+
 def test_setitem_non_tensor_values():
     td = make_td()
     td[0] = {"s": "str"}  # the same value: stays shared

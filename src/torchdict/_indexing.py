@@ -457,6 +457,13 @@ def _check_broadcast(value: torch.Tensor, target_shape: torch.Size) -> None:
     raise RuntimeError(f"a value of shape {value.shape} cannot be written into a slot of shape {target_shape}")
 
 
+def _broadcasts_to(batch: torch.Size, target: torch.Size) -> bool:
+    """True when a source batch ``batch`` can be written into a slot of batch ``target`` by
+    repeating it along new leading dims (``[3]`` into ``[2, 3]``), as upstream accepts. Size-1
+    dims are not stretched (upstream refuses ``[1]`` into ``[4]``), nor is an empty batch."""
+    return 0 < len(batch) < len(target) and target[len(target) - len(batch):] == batch
+
+
 def _allocate(target: Any, key: str, value: torch.Tensor, top_batch: torch.Size, n_dest: int,
               index: Any) -> None:
     device = target._device if target._device is not None else value.device
@@ -586,7 +593,10 @@ def set_at_index(td: Any, index: Any, value: Any) -> None:
     if type(value) is type(td) or isinstance(value, TensorCollection):
         source = value if type(value) is type(td) else unwrap(value)
         if source._batch_size != dest_batch:
-            raise _destination_batch_error(dest_batch, batch, index, source._batch_size)
+            if not _broadcasts_to(source._batch_size, dest_batch):
+                raise _destination_batch_error(dest_batch, batch, index, source._batch_size)
+            # A source batch that matches the slot's last dims is repeated along the others.
+            source = source.expand(dest_batch)
     elif isinstance(value, Mapping):
         from .tensordict import TensorDict
 
