@@ -355,3 +355,52 @@ def test_squeeze_keeps_feature_dims_of_size_one():
     td = TensorDict({"a": torch.zeros(3, 1)}, batch_size=[3])
     assert td.squeeze()["a"].shape == (3, 1)
     assert math.prod(td.unsqueeze(0).squeeze(0)["a"].shape) == 3
+
+
+_LOCK_KEEPING_OPS = {
+    "view": lambda td: td.view(-1), "reshape": lambda td: td.reshape(4, 3), "unsqueeze": lambda td: td.unsqueeze(0),
+    "squeeze": lambda td: td.unsqueeze(0).squeeze(0), "permute": lambda td: td.permute(1, 0),
+    "transpose": lambda td: td.transpose(0, 1), "movedim": lambda td: td.movedim(0, 1),
+    "expand": lambda td: td.expand(2, 3, 4), "flatten": lambda td: td.flatten(),
+    "unflatten": lambda td: td.unflatten(1, (2, 2)), "flip": lambda td: td.flip(0),
+    "roll": lambda td: td.roll(1, 0), "narrow": lambda td: td.narrow(0, 0, 2),
+    "split": lambda td: td.split(2)[0], "chunk": lambda td: td.chunk(2)[1], "add": lambda td: td + 1,
+    "neg": lambda td: -td, "exp": lambda td: td.exp(), "mul td": lambda td: td * td,
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LOCK_KEEPING_OPS))
+def test_view_like_and_pointwise_results_of_a_locked_td_are_locked(name):
+    # As upstream: these results keep the lock (select, clone, indexing, unbind and apply don't).
+    # The result holds sub-TensorDicts of its own: unlocking the source frees its children.
+    op = _LOCK_KEEPING_OPS[name]
+    expected = op(make_td())
+    assert not expected.is_locked
+    td = make_td().lock_()
+    result = op(td)
+    assert result.is_locked and result["n"].is_locked
+    for key, leaf in expected.items(include_nested=True, leaves_only=True):
+        assert torch.equal(result[key], leaf)
+    td.unlock_()
+    td["n"].unlock_()  # not pinned by the locked result
+    assert result.is_locked
+
+
+def test_unlocked_results_of_a_locked_td():
+    td = make_td().lock_()
+    for result in (td[0], td[:2], td.clone(), td.select("key 1"), td.unbind(0)[0], td.apply(lambda x: x),
+                   td.exclude("s") == 0, td.sum(0)):
+        assert not result.is_locked
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda td: td.split(0), "TensorDict.split: split_size must be positive, got 0."),
+    (lambda td: td.split(-1), "TensorDict.split: split_size must be positive, got -1."),
+    (lambda td: td.chunk(0), "chunks must be a strictly positive integer, got 0."),
+])
+def test_split_and_chunk_refuse_non_positive_sizes_with_upstreams_value_error(call, message):
+    td = make_td()
+    before = snapshot(td)
+    with pytest.raises(ValueError, match=message):
+        call(td)
+    assert_same_snapshot(before, snapshot(td))

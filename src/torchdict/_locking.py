@@ -8,7 +8,7 @@ record how to undo themselves for the operations used as context managers.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from ._apply import unwrap
 from ._base import TensorCollection
@@ -16,6 +16,23 @@ from ._errors import locked_error
 
 if TYPE_CHECKING:
     from .tensordict import TensorDict
+
+
+def keep_lock(source: Any, result: Any) -> Any:
+    """``result`` locked when ``source`` is: upstream's rule for view-like shape ops and pointwise
+    arithmetic (``td.view(...)``, ``td + 1``, ``td.exp()``). Only for results built afresh (no
+    sub-TensorDict shared with ``source``, whose lock count the result would then hold)."""
+    if source._is_locked and result is not source:
+        result._lock_tree()
+    return result
+
+
+def keep_lock_all(source: Any, results: tuple) -> tuple:
+    """:func:`keep_lock` for each piece of a split-like op."""
+    if source._is_locked:
+        for result in results:
+            keep_lock(source, result)
+    return results
 
 
 class LockingMixin:

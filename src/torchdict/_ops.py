@@ -28,6 +28,7 @@ from . import _masking
 from ._apply import keep_non_tensor, rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
 from ._keys import key_to_tuple
+from ._locking import keep_lock
 from ._masking import finish, leaves_of
 from ._operands import (
     UNSUPPORTED,
@@ -167,8 +168,19 @@ def binary(td: Any, other: Any, op: PointwiseOp, kwargs: dict, reflected: bool =
     """``op(leaf, other)`` for every leaf (``op(other, leaf)`` when ``reflected``).
 
     Returns :data:`UNSUPPORTED` when ``other`` has a type no op accepts (the
-    dunders turn it into ``NotImplemented``).
+    dunders turn it into ``NotImplemented``). As upstream, the result of an arithmetic op
+    on a locked TensorDict is locked; that of a comparison is not.
     """
+    result = _binary(td, other, op, kwargs, reflected)
+    if td._is_locked and result is not UNSUPPORTED and op.name not in _COMPARISONS:
+        result._lock_tree()
+    return result
+
+
+_COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
+
+
+def _binary(td: Any, other: Any, op: PointwiseOp, kwargs: dict, reflected: bool) -> Any:
     operand = as_operand(other)
     if operand is UNSUPPORTED:
         return UNSUPPORTED
@@ -315,7 +327,7 @@ def unary(td: Any, op: PointwiseOp, args: tuple, kwargs: dict) -> Any:
     if results is None:
         fn = op.per_leaf
         results = [fn(leaf, *args, **kwargs) for leaf in leaves]
-    return finish(td, results, flat)
+    return keep_lock(td, finish(td, results, flat))
 
 
 def unary_(td: Any, op: PointwiseOp, args: tuple, kwargs: dict) -> Any:

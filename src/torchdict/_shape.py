@@ -30,6 +30,7 @@ from ._context import (
 )
 from ._errors import batch_mismatch_error
 from ._indexing import batch_probe
+from ._locking import keep_lock, keep_lock_all
 from .nontensor import NonTensorData
 
 _Tensor = torch.Tensor
@@ -501,7 +502,7 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4]).view(-1)["a"].shape
         torch.Size([12, 5])
         """
-        return view(self, shape, size, batch_size)
+        return keep_lock(self, view(self, shape, size, batch_size))
 
     @write_back(undo_reshape)
     def reshape(self, *shape: Any, **kwargs: Any) -> Any:
@@ -516,7 +517,7 @@ class ShapeMixin:
             shape = (kwargs.get("shape", kwargs.get("batch_size")),)
             if shape[0] is None:
                 raise TypeError("reshape() needs the new batch shape, e.g. td.reshape(-1) or td.reshape(2, 6).")
-        return reshape(self, shape)
+        return keep_lock(self, reshape(self, shape))
 
     @write_back(undo_reshape)
     def unsqueeze(self, dim: int) -> Any:
@@ -527,7 +528,7 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4]).unsqueeze(-1)["a"].shape
         torch.Size([3, 4, 1, 5])
         """
-        return unsqueeze(self, dim)
+        return keep_lock(self, unsqueeze(self, dim))
 
     @write_back(undo_reshape)
     def squeeze(self, dim: Optional[int] = None) -> Any:
@@ -538,7 +539,7 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(3, 1, 1)}, batch_size=[3, 1]).squeeze()["a"].shape
         torch.Size([3, 1])
         """
-        return squeeze(self, dim)
+        return keep_lock(self, squeeze(self, dim))
 
     @write_back(undo_permute)
     def permute(self, *dims: Any) -> Any:
@@ -549,7 +550,7 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4]).permute(1, 0)["a"].shape
         torch.Size([4, 3, 5])
         """
-        return permute(self, dims)
+        return keep_lock(self, permute(self, dims))
 
     @write_back(undo_transpose)
     def transpose(self, dim0: int, dim1: int) -> Any:
@@ -560,7 +561,7 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4]).transpose(0, 1).batch_size
         torch.Size([4, 3])
         """
-        return transpose(self, dim0, dim1)
+        return keep_lock(self, transpose(self, dim0, dim1))
 
     swapaxes = transpose
     swapdims = transpose
@@ -568,7 +569,7 @@ class ShapeMixin:
     @write_back(undo_movedim)
     def movedim(self, source: Any, destination: Any) -> Any:
         """Move batch dims ``source`` to positions ``destination`` (as ``torch.movedim``)."""
-        return movedim(self, source, destination)
+        return keep_lock(self, movedim(self, source, destination))
 
     moveaxis = movedim
 
@@ -580,11 +581,11 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(4, 5)}, batch_size=[4]).expand(2, 4)["a"].shape
         torch.Size([2, 4, 5])
         """
-        return expand(self, shape)
+        return keep_lock(self, expand(self, shape))
 
     def expand_as(self, other: Any) -> Any:
         """``expand`` to ``other``'s batch size (or shape for a tensor)."""
-        return expand(self, (other.shape,))
+        return keep_lock(self, expand(self, (other.shape,)))
 
     @write_back(undo_reshape)
     def flatten(self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False) -> Any:
@@ -596,7 +597,7 @@ class ShapeMixin:
         torch.Size([12, 5])
         """
         result = flatten(self, 0 if start_dim is None else start_dim, -1 if end_dim is None else end_dim)
-        return _in_place(self, result) if inplace else result
+        return _in_place(self, result) if inplace else keep_lock(self, result)
 
     @write_back(undo_reshape)
     def unflatten(self, dim: int, unflattened_size: Sequence[int], *, inplace: bool = False) -> Any:
@@ -608,7 +609,7 @@ class ShapeMixin:
         torch.Size([3, 4])
         """
         result = unflatten(self, dim, unflattened_size)
-        return _in_place(self, result) if inplace else result
+        return _in_place(self, result) if inplace else keep_lock(self, result)
 
     def unbind(self, dim: int = 0) -> tuple:
         """A tuple of views, one per index along batch dim ``dim``.
@@ -628,11 +629,15 @@ class ShapeMixin:
         >>> [td.batch_size for td in TensorDict({"a": torch.zeros(5)}, batch_size=[5]).split(2)]
         [torch.Size([2]), torch.Size([2]), torch.Size([1])]
         """
-        return split(self, split_size, dim)
+        if isinstance(split_size, int) and split_size <= 0:
+            raise ValueError(f"TensorDict.split: split_size must be positive, got {split_size}.")
+        return keep_lock_all(self, split(self, split_size, dim))
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple:
         """``chunks`` pieces (or fewer) along batch dim ``dim``, as ``torch.chunk``."""
-        return chunk(self, chunks, dim)
+        if not isinstance(chunks, int) or chunks <= 0:
+            raise ValueError(f"chunks must be a strictly positive integer, got {chunks}.")
+        return keep_lock_all(self, chunk(self, chunks, dim))
 
     def tensor_split(self, indices_or_sections: Any, dim: int = 0) -> tuple:
         """As ``torch.tensor_split`` along batch dim ``dim``."""
@@ -645,16 +650,16 @@ class ShapeMixin:
     @write_back(undo_flip)
     def flip(self, *dims: Any) -> Any:
         """Reverse the order along the given batch dims."""
-        return flip(self, dims)
+        return keep_lock(self, flip(self, dims))
 
     @write_back(undo_roll)
     def roll(self, shifts: Any, dims: Any = None) -> Any:
         """Roll along batch dims (the flattened batch when ``dims`` is None)."""
-        return roll(self, shifts, dims)
+        return keep_lock(self, roll(self, shifts, dims))
 
     def narrow(self, dim: int, start: int, length: int) -> Any:
         """A view of ``length`` elements from ``start`` along batch dim ``dim``."""
-        return narrow(self, dim, start, length)
+        return keep_lock(self, narrow(self, dim, start, length))
 
     def gather(self, dim: int, index: torch.Tensor, out: Any = None) -> Any:
         """``torch.gather`` along batch dim ``dim``; ``index`` has the batch's ndim.
