@@ -684,3 +684,15 @@ def test_where_chooses_non_tensor_entries_element_by_element():
     assert torch.where(condition, first, same)["s"] == "a"  # one value everywhere stays one value
     assert_same_snapshot(before[0], snapshot(first))
     assert_same_snapshot(before[1], snapshot(second))
+
+
+def test_comparing_with_a_dict_compares_with_the_tensordict_it_makes():
+    # As upstream: a dict operand of a comparison becomes a TensorDict (with the batch when its
+    # values have it, else none, broadcasting like a number); different keys are upstream's KeyError.
+    td = TensorDict({"a": torch.arange(12.0).view(4, 3), "n": {"b": torch.ones(4)}}, batch_size=[4])
+    same = (td == {"a": torch.arange(12.0).view(4, 3), "n": {"b": torch.ones(4)}})
+    assert same.batch_size == td.batch_size and same.all()
+    below = td < {"a": 6, "n": {"b": 2}}
+    assert torch.equal(below["a"], td["a"] < 6) and below["n", "b"].all()
+    with pytest.raises(KeyError, match="keys in tensordicts mismatch"):
+        td == {"z": 1}

@@ -19,6 +19,7 @@ Most methods are generated from two tables (:data:`BINARY_OPS`,
 from __future__ import annotations
 
 import operator
+from collections.abc import Mapping
 from itertools import repeat
 from typing import Any, Callable, Optional
 
@@ -171,6 +172,8 @@ def binary(td: Any, other: Any, op: PointwiseOp, kwargs: dict, reflected: bool =
     dunders turn it into ``NotImplemented``). As upstream, the result of an arithmetic op
     on a locked TensorDict is locked; that of a comparison is not.
     """
+    if op.name in _COMPARISONS and isinstance(other, Mapping):
+        other = _mapping_operand(td, other)
     result = _binary(td, other, op, kwargs, reflected)
     if td._is_locked and result is not UNSUPPORTED and op.name not in _COMPARISONS:
         result._lock_tree()
@@ -178,6 +181,17 @@ def binary(td: Any, other: Any, op: PointwiseOp, kwargs: dict, reflected: bool =
 
 
 _COMPARISONS = frozenset(("eq", "ne", "lt", "le", "gt", "ge"))
+
+
+def _mapping_operand(td: Any, other: Mapping) -> Any:
+    """A dict compared with a TensorDict is one (as upstream): with ``td``'s batch when its values
+    have it, else with no batch (``td == {"a": 1}`` compares every element of ``a`` with 1)."""
+    from .tensordict import TensorDict
+
+    try:
+        return TensorDict(other, batch_size=td._batch_size)
+    except RuntimeError:
+        return TensorDict(other)
 
 
 def _binary(td: Any, other: Any, op: PointwiseOp, kwargs: dict, reflected: bool) -> Any:
