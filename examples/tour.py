@@ -76,6 +76,7 @@ def specialised_dictionary() -> None:
     steps = torch.stack([TensorDict({"obs": torch.zeros(2), "phase": phase}, batch_size=[2])
                          for phase in ("warmup", "train")])
     print("stacked non-tensor:", steps["phase"], "->", steps[1]["phase"])
+    print("as plain Python:", steps[:, 0].tolist(convert_tensors=True), "|", steps.param_count(), "elements")
     # update merges sub-TensorDicts; update_batch_size=True takes the source's batch size at every
     # level, provided the source replaces every leaf (otherwise it is refused before any write).
     episode = TensorDict({"obs": torch.zeros(4, 3), "info": {"step": torch.zeros(4)}}, batch_size=[4])

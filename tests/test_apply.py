@@ -307,3 +307,18 @@ def test_filter_empty_decides_which_empty_levels_stay(filter_empty, expected):
     for name, fn in fns.items():
         result = td.apply(fn, filter_empty=filter_empty)
         assert (None if result is None else set(result.keys(True))) == expected[name], name
+
+
+def test_named_apply_prefix_goes_in_front_of_the_full_keys():
+    td = TensorDict({"a": torch.zeros(3), "n": {"b": torch.ones(3)}}, batch_size=[3])
+    seen = []
+    result = td.named_apply(lambda key, x: seen.append(key) or x * 2, nested_keys=True, prefix=("p",))
+    assert seen == [("p", "a"), ("p", "n", "b")]
+    assert torch.equal(result["n", "b"], td["n", "b"] * 2)
+
+
+@pytest.mark.parametrize("method", ["apply", "named_apply"])
+def test_apply_refuses_unknown_keywords(method):
+    td = TensorDict({"a": torch.zeros(3)}, batch_size=[3])
+    with pytest.raises(TypeError, match="unexpected keyword arguments \\['bogus'\\]"):
+        getattr(td, method)(lambda *args: args[-1], bogus=1)

@@ -24,6 +24,7 @@ from ._apply_tree import plain_tree_storage
 from ._base import TensorCollection
 from ._convert import fits_batch, parse_batch_size, parse_device, tensor_len as _tensor_len, to_leaf
 from ._errors import batch_mismatch_error, missing_key_error
+from ._keys import key_to_tuple
 from .nontensor import NonTensorData
 
 _Tensor = torch.Tensor
@@ -428,6 +429,8 @@ class ApplyMixin:
         >>> list(data.apply(lambda x: x if x.dtype == torch.float else None).keys())
         ['a']
         """
+        if constructor_kwargs:
+            raise TypeError(f"apply() got unexpected keyword arguments {sorted(constructor_kwargs)}.")
         return apply(self, fn, others, batch_size=batch_size, device=device, names=names, inplace=inplace,
                      default=default, filter_empty=filter_empty, propagate_lock=propagate_lock,
                      call_on_nested=call_on_nested, is_leaf=is_leaf, out=out)
@@ -448,11 +451,16 @@ class ApplyMixin:
                     **constructor_kwargs: Any) -> Any:
         """``fn(key, leaf, *other_leaves)``; with ``nested_keys=True`` keys are full tuples.
 
+        ``prefix=("p",)`` (a keyword upstream accepts too) puts a path in front of those full keys.
+
         >>> td = TensorDict(a=torch.zeros(2), b={"c": torch.zeros(2)})
         >>> td.named_apply(lambda key, x: x if key != "a" else None)["b", "c"]
         tensor([0., 0.])
         """
+        prefix = constructor_kwargs.pop("prefix", ())
+        if constructor_kwargs:
+            raise TypeError(f"named_apply() got unexpected keyword arguments {sorted(constructor_kwargs)}.")
         return apply(self, fn, others, batch_size=batch_size, device=device, names=names, inplace=inplace,
                      default=default, filter_empty=filter_empty, propagate_lock=propagate_lock,
                      call_on_nested=call_on_nested, is_leaf=is_leaf, out=out, named=True,
-                     nested_keys=nested_keys)
+                     nested_keys=nested_keys, prefix=key_to_tuple(prefix) if prefix else ())

@@ -15,6 +15,7 @@ from . import _keyops
 from ._apply import ApplyMixin
 from ._base import TensorCollection
 from ._constructors import ConstructorsMixin
+from ._conversions import ConversionsMixin
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
 from ._convert import (check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, quick_batch_len,
                        to_leaf)
@@ -73,6 +74,7 @@ class TensorDict(
     DistributedMixin,
     LockingMixin,
     ConstructorsMixin,
+    ConversionsMixin,
     TensorCollection,
 ):
     """A dictionary of tensors sharing leading batch dimensions.
@@ -636,6 +638,10 @@ class TensorDict(
         """Write entries in place at batch index ``idx``; returns self."""
         return _keyops.update_at_(self, input_dict_or_td, idx, clone=clone, keys_to_update=keys_to_update)
 
+    def copy_at_(self, tensordict: Any, idx: Any, non_blocking: bool = False) -> "TensorDict":
+        """``update_at_(tensordict, idx)``: write its entries in place at batch index ``idx``."""
+        return self.update_at_(tensordict, idx, non_blocking=non_blocking)
+
     # ------------------------------------------------------------------ removing
     def __delitem__(self, key: Any) -> None:
         keys = key_to_tuple(key)
@@ -704,6 +710,12 @@ class TensorDict(
         """One TensorDict per key set, plus one with the remaining keys."""
         return _keyops.split_keys(self, key_sets, inplace=inplace, default=default, strict=strict,
                                   reproduce_struct=reproduce_struct)
+
+    def separates(self, *keys: Any, default: Any = _keyops.NO_DEFAULT, strict: bool = True,
+                  filter_empty: bool = True) -> "TensorDict":
+        """Remove ``keys`` from self (in place) and return them as a TensorDict of their own."""
+        return _keyops.split_keys(self, (list(keys),), inplace=True, default=default, strict=strict,
+                                  reproduce_struct=not filter_empty)[0]
 
     @write_back(undo_flatten_keys, shares_leaves=True)
     def flatten_keys(self, separator: str = ".", inplace: bool = False,

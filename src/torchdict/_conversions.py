@@ -1,0 +1,177 @@
+"""Conversions out of a TensorDict and size introspection (``ConversionsMixin``).
+
+``to_tensordict`` (a plain TensorDict deep copy), ``tolist`` (one dict per batch element),
+``numpy`` (nested dicts of arrays), ``filter_non_tensor_data``, ``param_count``, ``bytes``
+and ``data_ptr``, with upstream tensordict's signatures.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Union
+
+import torch
+
+from ._apply import unwrap
+from ._base import TensorCollection
+from .nontensor import NonTensorData, NonTensorStack
+
+_Tensor = torch.Tensor
+_NON_TENSOR = (NonTensorData, NonTensorStack)
+
+
+def _tensor_leaves(td: Any) -> List[torch.Tensor]:
+    """Every tensor leaf, depth first (tensorclass content included)."""
+    leaves: list = []
+    for value in td._tensordict.values():
+        if isinstance(value, _Tensor):
+            leaves.append(value)
+        elif isinstance(value, TensorCollection):
+            leaves.extend(_tensor_leaves(unwrap(value)))
+    return leaves
+
+
+def _distinct(leaves: List[torch.Tensor], count_duplicates: bool) -> List[torch.Tensor]:
+    # A tensor object held under several keys counts once; views of one storage are distinct
+    # tensors and each counts (as upstream).
+    if count_duplicates:
+        return leaves
+    return list({id(leaf): leaf for leaf in leaves}.values())
+
+
+def _element(value: Any, convert_tensors: Union[bool, str]) -> Any:
+    if convert_tensors == "numpy":
+        return value.numpy(force=True)
+    return value.tolist() if convert_tensors else value
+
+
+class ConversionsMixin:
+    __slots__ = ()
+
+    def to_tensordict(self, *, retain_none: Any = None) -> Any:
+        """A plain TensorDict copy: new tensors (``clone``), nested tensorclasses as TensorDicts.
+
+        Unlocked; device and names kept. ``retain_none`` is accepted for upstream's signature
+        (it only matters for a tensorclass's ``None`` fields).
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> td = TensorDict(a=torch.zeros(2))
+        >>> copy = td.to_tensordict()
+        >>> copy["a"] is td["a"], torch.equal(copy["a"], td["a"])
+        (False, True)
+        """
+        from .tensordict import TensorDict
+
+        storage: dict = {}
+        for key, value in self._tensordict.items():
+            if isinstance(value, _Tensor):
+                # clone() of a tensor subclass (a MemoryMappedTensor) gives a plain tensor.
+                storage[key] = torch.Tensor.clone(value)
+            elif isinstance(value, TensorCollection):
+                storage[key] = unwrap(value).to_tensordict(retain_none=retain_none)
+            else:
+                storage[key] = value.clone()
+        return TensorDict._new_unsafe(storage, self._batch_size, self._device, self._names)
+
+    def tolist(self, *, convert_nodes: bool = True, convert_tensors: Union[bool, str] = False,
+               tolist_first: bool = False, as_linked_list: bool = False) -> Any:
+        """The batch as nested lists, one entry per element: a dict (``convert_nodes=True``) or a
+        TensorDict. ``convert_tensors=True`` turns each tensor into Python numbers (``"numpy"``:
+        arrays). With no batch dims, the result is that one entry. ``tolist_first`` and
+        ``as_linked_list`` are accepted for upstream's signature and change nothing here:
+        the values are the same either way, and the lists are plain lists.
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict(a=torch.arange(2.0), batch_size=[2]).tolist(convert_tensors=True)
+        [{'a': 0.0}, {'a': 1.0}]
+        """
+        del tolist_first, as_linked_list
+
+        def entry(element: Any) -> Any:
+            if not convert_nodes:
+                return element
+            return _to_nested_dict(element, convert_tensors)
+
+        def walk(td: Any, depth: int) -> Any:
+            if depth == 0:
+                return entry(td)
+            return [walk(item, depth - 1) for item in td.unbind(0)]
+
+        return walk(self, self.batch_dims)
+
+    def numpy(self) -> dict:
+        """Nested dicts of numpy arrays (non-tensor entries as their values, stacks as lists).
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict(a=torch.ones(2)).numpy()["a"].tolist()
+        [1.0, 1.0]
+        """
+        return _to_nested_dict(self, "numpy")
+
+    def filter_non_tensor_data(self) -> Any:
+        """A TensorDict without the non-tensor entries, at every level (the leaves are shared).
+
+        >>> from torchdict import TensorDict
+        >>> list(TensorDict(a=1, s="text").filter_non_tensor_data().keys())
+        ['a']
+        """
+        storage: dict = {}
+        for key, value in self._tensordict.items():
+            if type(value) in _NON_TENSOR:
+                continue
+            if isinstance(value, TensorCollection):
+                inner = unwrap(value)
+                filtered = inner.filter_non_tensor_data()
+                value = value if filtered._tensordict.keys() == inner._tensordict.keys() else filtered
+            storage[key] = value
+        return self._new_like(storage)
+
+    def param_count(self, *, count_duplicates: bool = True) -> int:
+        """How many elements the tensor leaves hold (``count_duplicates=False``: a tensor held
+        under several keys counts once).
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict(a=torch.zeros(3), b={"c": torch.zeros(3, 2)}).param_count()
+        9
+        """
+        return sum(leaf.numel() for leaf in _distinct(_tensor_leaves(self), count_duplicates))
+
+    def bytes(self, *, count_duplicates: bool = True) -> int:
+        """How many bytes the tensor leaves' elements take (an expanded leaf counts its full
+        shape, as ``numel() * element_size()``).
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict(a=torch.zeros(3), b={"c": torch.zeros(3, 2)}).bytes()
+        36
+        """
+        return sum(leaf.numel() * leaf.element_size()
+                   for leaf in _distinct(_tensor_leaves(self), count_duplicates))
+
+    def data_ptr(self, *, storage: bool = False) -> Any:
+        """A TensorDict (no batch) of each tensor leaf's ``data_ptr()`` (with ``storage=True``:
+        its storage's), as 0-dim int64 tensors; non-tensor entries are left out."""
+        from .tensordict import TensorDict
+
+        result: dict = {}
+        for key, value in self._tensordict.items():
+            if isinstance(value, _Tensor):
+                pointer = value.untyped_storage().data_ptr() if storage else value.data_ptr()
+                result[key] = torch.tensor(pointer, dtype=torch.int64)
+            elif isinstance(value, TensorCollection):
+                result[key] = unwrap(value).data_ptr(storage=storage)
+        return TensorDict._new_unsafe(result, torch.Size(()), None)
+
+
+def _to_nested_dict(td: Any, convert_tensors: Union[bool, str]) -> dict:
+    result: dict = {}
+    for key, value in unwrap(td)._tensordict.items():
+        if isinstance(value, _Tensor):
+            result[key] = _element(value, convert_tensors)
+        elif isinstance(value, TensorCollection):
+            result[key] = _to_nested_dict(value, convert_tensors)
+        else:
+            result[key] = value.data
+    return result
