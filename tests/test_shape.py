@@ -404,3 +404,40 @@ def test_split_and_chunk_refuse_non_positive_sizes_with_upstreams_value_error(ca
     with pytest.raises(ValueError, match=message):
         call(td)
     assert_same_snapshot(before, snapshot(td))
+
+
+@pytest.mark.parametrize("reps", [(2,), (2, 1), (1, 2), (2, 2, 2), ((3, 2),)])
+def test_tile_is_torch_tile_of_the_batch(reps):
+    td = make_td()
+    result = td.tile(*reps)
+    dims = reps[0] if isinstance(reps[0], tuple) else reps
+    grid = torch.arange(12).view(3, 4).tile(dims)
+    assert result.batch_size == grid.shape
+    assert torch.equal(result["key 1"], td["key 1"].reshape(12, 5)[grid.reshape(-1)].view(*grid.shape, 5))
+    assert result["n", "x"].shape == grid.shape + (2,) and result["s"] == "str"
+    assert torch.equal(torch.tile(td, dims)["key 1"], result["key 1"])
+
+
+@pytest.mark.parametrize("args, kwargs", [((2,), {}), ((2,), {"dim": 1}), ((torch.tensor([1, 0, 2]),), {"dim": 0}),
+                                          ((3,), {"dim": -1, "output_size": 12})])
+def test_repeat_interleave_is_torchs_on_the_batch(args, kwargs):
+    td = make_td()
+    result = td.repeat_interleave(*args, **kwargs)
+    grid = torch.arange(12).view(3, 4).repeat_interleave(*args, **kwargs)
+    assert result.batch_size == grid.shape
+    assert torch.equal(result["key 1"], td["key 1"].reshape(12, 5)[grid.reshape(-1)].view(*grid.shape, 5))
+    assert torch.equal(torch.repeat_interleave(td, *args, **kwargs)["key 1"], result["key 1"])
+
+
+def test_masked_select_is_boolean_indexing_and_refuses_other_masks():
+    td = make_td()
+    mask = torch.tensor([[True, False, True, False], [False, False, True, True], [True, True, True, True]])
+    result = td.masked_select(mask)
+    assert torch.equal(result["key 1"], td["key 1"][mask]) and result.batch_size == torch.Size([int(mask.sum())])
+    assert torch.equal(torch.masked_select(td, mask[:, 0])["key 1"], td["key 1"][mask[:, 0]])
+    before = snapshot(td)
+    with pytest.raises(RuntimeError, match="expected a bool tensor for the mask, got a torch.int64 tensor"):
+        td.masked_select(mask.long())
+    with pytest.raises(IndexError):
+        td.masked_select(torch.ones(4, dtype=torch.bool))
+    assert_same_snapshot(before, snapshot(td))

@@ -582,6 +582,17 @@ class OpsMixin(ReductionsMixin):
         """
         return _masking.masked_fill(self, mask, value)
 
+    def masked_select(self, mask: torch.Tensor) -> Any:
+        """The elements where ``mask`` (a bool tensor of the leading batch dims) is True, as ``td[mask]``.
+
+        >>> td = TensorDict(a=torch.arange(3), batch_size=[3])
+        >>> td.masked_select(torch.tensor([True, False, True]))["a"]
+        tensor([0, 2])
+        """
+        if not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
+            raise RuntimeError(f"masked_select: expected a bool tensor for the mask, got {_describe_mask(mask)}.")
+        return self[mask]
+
     def masked_fill_(self, mask: torch.Tensor, value: Any) -> Any:
         """``masked_fill`` in place (allowed when locked); returns self."""
         return _masking.masked_fill(self, mask, value, inplace=True)
@@ -626,6 +637,10 @@ def _with_missing_keys(td: Any, other: Any, pad: Any) -> Any:
         if key not in present and isinstance(leaf, _Tensor):
             result.set(key, torch.full_like(leaf, pad))
     return result
+
+
+def _describe_mask(mask: Any) -> str:
+    return f"a {mask.dtype} tensor" if isinstance(mask, torch.Tensor) else type(mask).__name__
 
 
 def _install() -> None:

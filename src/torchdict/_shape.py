@@ -316,6 +316,27 @@ def repeat(td: Any, args: tuple) -> Any:
     return map_batch(td, lambda leaf: leaf.repeat(*repeats, *([1] * (leaf.dim() - n_batch))), new_batch)
 
 
+def tile(td: Any, args: tuple) -> Any:
+    """``torch.tile`` on the batch dims: fewer repeats than batch dims repeat the last ones,
+    more add leading batch dims."""
+    repeats = parse_shape(args)
+    n_batch = len(td._batch_size)
+    for _ in range(len(repeats) - n_batch):
+        td = unsqueeze(td, 0)
+    return repeat(td, (1,) * (n_batch - len(repeats)) + tuple(repeats))
+
+
+def repeat_interleave(td: Any, repeats: Any, dim: Optional[int], output_size: Optional[int]) -> Any:
+    """``leaf.repeat_interleave`` along a batch dim (``dim=None``: along the flattened batch)."""
+    if dim is None:
+        td, dim = reshape(td, (-1,)), 0
+    batch = td._batch_size
+    dim = batch_dim(dim, batch)
+    new_batch = batch_probe(batch).repeat_interleave(repeats, dim, output_size=output_size).shape  # torch's checks
+    return _keep_names(td, map_batch(
+        td, lambda leaf: leaf.repeat_interleave(repeats, dim, output_size=output_size), new_batch))
+
+
 def flip(td: Any, args: tuple) -> Any:
     batch = td._batch_size
     dims = tuple(batch_dim(dim, batch) for dim in parse_shape(args))
@@ -646,6 +667,26 @@ class ShapeMixin:
     def repeat(self, *repeats: Any) -> Any:
         """Tile the batch dims ``repeats`` times each (feature dims are not repeated)."""
         return repeat(self, repeats)
+
+    def tile(self, *dims: Any) -> Any:
+        """As ``torch.tile`` on the batch dims (``td.tile(2)`` or ``td.tile((2, 2))``).
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict({"a": torch.zeros(2, 3, 5)}, batch_size=[2, 3]).tile(2)["a"].shape
+        torch.Size([2, 6, 5])
+        """
+        return tile(self, dims)
+
+    def repeat_interleave(self, repeats: Any, dim: Optional[int] = None, *, output_size: Optional[int] = None) -> Any:
+        """Repeat each element along batch dim ``dim`` (the flattened batch when None), as torch.
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict({"a": torch.arange(3)}, batch_size=[3]).repeat_interleave(2)["a"]
+        tensor([0, 0, 1, 1, 2, 2])
+        """
+        return repeat_interleave(self, repeats, dim, output_size)
 
     @write_back(undo_flip)
     def flip(self, *dims: Any) -> Any:

@@ -419,6 +419,9 @@ _METHOD_FUNCTIONS: tuple = (
     (torch.narrow, "narrow"),
     (torch.gather, "gather"),
     (torch.clone, "clone"),
+    (torch.tile, "tile"),
+    (torch.repeat_interleave, "repeat_interleave"),
+    (torch.masked_select, "masked_select"),
 )
 for _torch_function, _method_name in _METHOD_FUNCTIONS:
     dispatch_to_method(_torch_function, _method_name, rename={"split_size_or_sections": "split_size"})
