@@ -357,3 +357,62 @@ def test_tensor_sent_to_a_spawned_process_is_written_there(tmp_path, backing):
     expected = torch.zeros(4, 3)
     expected[2] = 7.0
     assert torch.equal(mmt, expected)
+
+
+# --------------------------------------------------------------------- td[i] through the plain alias
+
+
+def _loaded(tmp_path):
+    from torchdict import TensorDict
+
+    TensorDict({"a": torch.arange(24.0).view(4, 2, 3), "b": torch.arange(4)}, batch_size=[4]).memmap(tmp_path)
+    return TensorDict.load_memmap(tmp_path)
+
+
+@pytest.mark.parametrize("change", [
+    lambda leaf: leaf.transpose_(1, 2), lambda leaf: leaf.swapdims_(1, 2), lambda leaf: leaf.unsqueeze_(1),
+    lambda leaf: leaf.as_strided_((4, 3), (6, 1)), lambda leaf: leaf.set_(torch.arange(100.0, 124.0).view(4, 2, 3)),
+    lambda leaf: setattr(leaf, "data", torch.full((4, 2, 3), 7.0)), lambda leaf: leaf.requires_grad_(),
+    lambda leaf: setattr(leaf, "requires_grad", True),
+])
+def test_td_index_follows_in_place_changes_of_a_memory_mapped_leaf(tmp_path, change):
+    # td[i] indexes a cached plain view of each memory-mapped leaf; every in-place change of the
+    # leaf's layout, storage or autograd state drops it, so td[i] always equals leaf[i].
+    td = _loaded(tmp_path)
+    leaf = td["a"]
+    first = td[1]["a"]
+    assert type(first) is MemoryMappedTensor and torch.equal(first, leaf.as_subclass(torch.Tensor)[1])
+    change(leaf)
+    result = td[1]["a"]
+    expected = torch.Tensor.__getitem__(leaf, 1)
+    assert torch.equal(result.as_subclass(torch.Tensor), expected)
+    assert result.shape == expected.shape and result.stride() == expected.stride()
+    assert result.requires_grad == expected.requires_grad
+
+
+def test_td_index_gives_memory_mapped_views_of_the_file(tmp_path):
+    td = _loaded(tmp_path)
+    row = td[2]
+    assert type(row["a"]) is MemoryMappedTensor and row["a"].filename == td["a"].filename
+    row["a"].fill_(-1)  # a view: writes reach the file
+    assert (td["a"][2] == -1).all()
+    assert pickle.loads(pickle.dumps(row["a"])).filename == td["a"].filename
+
+
+def test_a_leaf_with_its_alias_is_freed_with_its_tensordict(tmp_path):
+    import gc
+    import weakref
+
+    td = _loaded(tmp_path)
+    td[0]
+    assert isinstance(td["a"].__dict__.get(memmap_module.PLAIN_ALIAS), torch.Tensor)
+    refs = [weakref.ref(leaf) for leaf in td.values()]
+    del td
+    gc.collect()
+    assert all(ref() is None for ref in refs)
+    root = memmap_module._adopt(torch.zeros(3, 2), None)  # a MemoryMappedTensor that is no view
+    assert root._base is None and memmap_module.plain_alias(root) is False  # an alias would hold it
+    ref = weakref.ref(root)
+    del root
+    gc.collect()
+    assert ref() is None

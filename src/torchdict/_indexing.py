@@ -29,6 +29,7 @@ import torch
 from ._apply import rewrap, unwrap
 from ._base import TensorCollection
 from ._errors import inplace_error, locked_error
+from .memmap import PLAIN_ALIAS, plain_alias
 from .memmap import MemoryMappedTensor as _MemoryMappedTensor
 from .nontensor import NonTensorData, NonTensorStack
 
@@ -248,9 +249,13 @@ def index_basic(storage: dict, batch: torch.Size, names: Optional[list], index: 
         if leaf_type is _Tensor:
             result[key] = leaf[index]
         elif leaf_type is _MemoryMappedTensor:
-            # MemoryMappedTensor.__getitem__ for an int or a slice, without its Python frame:
-            # the view, relabelled (reading a memory-mapped dataset item by item).
-            view = _tensor_getitem(leaf, index)
+            # MemoryMappedTensor.__getitem__ for an int or a slice, without its Python frame
+            # and through its plain alias (see memmap.plain_alias): the view, relabelled
+            # (reading a memory-mapped dataset item by item).
+            plain = leaf.__dict__.get(PLAIN_ALIAS)
+            if plain is None:
+                plain = plain_alias(leaf)
+            view = _tensor_getitem(leaf if plain is False else plain, index)
             view.__class__ = _MemoryMappedTensor
             result[key] = view
         elif isinstance(leaf, _Tensor):

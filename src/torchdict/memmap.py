@@ -13,7 +13,7 @@ file after checking it is long enough.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -338,6 +338,54 @@ class MemoryMappedTensor(torch.Tensor):
 
 
 _tensor_getitem = torch.Tensor.__getitem__
+
+# --------------------------------------------------------------------- plain alias (td[i] speed)
+# Indexing a tensor subclass costs torch a ``__torch_function__`` lookup by a fresh name string
+# (~1.2k instructions, more than the rest of ``leaf[i]``'s Python side). ``td[i]`` reads a
+# memory-mapped dataset item by item, so it indexes a cached plain-Tensor view of each leaf
+# instead, and relabels the result. The cache lives in the leaf's ``__dict__`` and is dropped
+# by every method that changes the leaf's layout, storage or autograd state in place.
+PLAIN_ALIAS = "_plain_alias"
+
+
+def plain_alias(mmt: torch.Tensor) -> Any:
+    """The plain-Tensor view of ``mmt`` that ``td[i]`` indexes (cached), or False for a root
+    tensor: an alias of a root would hold its ``_base``, so the root's Python object would hold
+    itself through its ``__dict__`` (a cycle the garbage collector can't see through torch)."""
+    alias = mmt.__dict__.get(PLAIN_ALIAS)
+    if alias is None:
+        alias = False if mmt._base is None else torch.Tensor.as_subclass(mmt, torch.Tensor)
+        mmt.__dict__[PLAIN_ALIAS] = alias
+    return alias
+
+
+def _forgetting_alias(name: str) -> Callable:
+    inherited = getattr(torch.Tensor, name)
+
+    def method(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        self.__dict__.pop(PLAIN_ALIAS, None)
+        return inherited(self, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``torch.Tensor.{name}``, which also drops the plain alias ``td[i]`` indexes."
+    return method
+
+
+def _property_forgetting_alias(descriptor: Any) -> property:
+    def setter(self: torch.Tensor, value: Any) -> None:
+        self.__dict__.pop(PLAIN_ALIAS, None)
+        descriptor.__set__(self, value)
+
+    return property(descriptor.__get__, setter,
+                    doc=f"``torch.Tensor.{descriptor.__name__}``; setting it drops the plain alias ``td[i]`` indexes.")
+
+
+for _name in ("set_", "resize_", "resize_as_", "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_",
+              "swapdims_", "swapaxes_", "share_memory_", "requires_grad_", "detach_"):
+    setattr(MemoryMappedTensor, _name, _forgetting_alias(_name))
+MemoryMappedTensor.data = _property_forgetting_alias(torch._C.TensorBase.data)  # type: ignore[method-assign]
+MemoryMappedTensor.requires_grad = _property_forgetting_alias(  # type: ignore[method-assign]
+    torch._C.TensorBase.requires_grad)
 
 
 def _adopt(fresh: torch.Tensor, mapped_file: _MappedFile | None) -> MemoryMappedTensor:

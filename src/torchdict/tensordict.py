@@ -59,6 +59,32 @@ def _as_td(value: Any) -> "TensorDict":
     return value if type(value) is TensorDict or isinstance(value, TensorDict) else value._tensordict
 
 
+_object_new = object.__new__
+
+
+def new_unsafe(cls: type, source: dict, batch_size: torch.Size, device: Optional[torch.device] = None,
+               names: Optional[list] = None) -> "TensorDict":
+    """A ``cls`` instance built from already-valid parts, skipping every check (``cls._new_unsafe``).
+
+    ``source`` is adopted as the storage (not copied); its values must be valid leaves for
+    ``batch_size`` and ``device``. A module function so the hottest paths (``td[i]``) call it
+    without binding a classmethod each time.
+    """
+    td = _object_new(cls)
+    # _init_state's assignments, inlined: every op result is built here.
+    td._tensordict = source
+    td._batch_size = batch_size
+    td._batch_len = -1  # not known yet: the first write checks in full, then records it
+    td._device = device
+    td._names = names
+    td._is_locked = False
+    td._lock_parents = 0
+    td._cm = None
+    td._is_memmap = False
+    td._saved_path = None
+    return td
+
+
 class TensorDict(
     ApplyMixin,
     IndexingMixin,
@@ -167,32 +193,8 @@ class TensorDict(
         if lock:
             self._lock_tree()
 
-    @classmethod
-    def _new_unsafe(
-        cls,
-        source: dict,
-        batch_size: torch.Size,
-        device: Optional[torch.device] = None,
-        names: Optional[list] = None,
-    ) -> "TensorDict":
-        """Build a TensorDict from already-valid parts, skipping every check.
-
-        ``source`` is adopted as the storage (not copied); its values must be
-        valid leaves for ``batch_size`` and ``device``.
-        """
-        td = object.__new__(cls)
-        # _init_state's assignments, inlined: every op result is built here.
-        td._tensordict = source
-        td._batch_size = batch_size
-        td._batch_len = -1  # not known yet: the first write checks in full, then records it
-        td._device = device
-        td._names = names
-        td._is_locked = False
-        td._lock_parents = 0
-        td._cm = None
-        td._is_memmap = False
-        td._saved_path = None
-        return td
+    # Build a TensorDict from already-valid parts, skipping every check (see new_unsafe).
+    _new_unsafe = classmethod(new_unsafe)
 
     def _init_state(self, storage: dict, batch_size: torch.Size, device: Optional[torch.device],
                     names: Optional[list]) -> None:
@@ -311,7 +313,7 @@ class TensorDict(
             # td[i], the other hot read (iterating a dataset): straight to the basic indexing.
             storage: dict = {}
             new_batch, names = index_basic(self._tensordict, self._batch_size, self._names, index, storage)
-            return self._new_unsafe(storage, new_batch, self._device, names)
+            return new_unsafe(self.__class__, storage, new_batch, self._device, names)
         return self._getitem_slow(index)
 
     def _getitem_slow(self, index: Any) -> Any:
