@@ -263,6 +263,11 @@ def tensorclass_section() -> None:
     print(data.select_label(1))
     print(data.mask_image().shape)
     print(data.reshape(10, 10))
+    # Conversions: a nested dict in, a plain TensorDict copy out.
+    rebuilt = MyData.from_dict(data[:2].to_dict(), batch_size=[2])
+    assert torch.equal(rebuilt.label, data.label[:2])
+    print("from_dict(to_dict()):", type(rebuilt).__name__, rebuilt.batch_size, "->",
+          type(rebuilt.to_tensordict()).__name__)
 
 
 def preprocessing(workdir: str) -> None:

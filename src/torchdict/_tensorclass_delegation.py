@@ -25,9 +25,12 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
+from ._convert import parse_batch_size
 from ._indexing import index_basic as _index_basic
 from ._indexing import index_tensordict as _index_tensordict
 from ._keys import key_to_tuple
+from ._tensorclass_conversions import (fill_none_fields, nest_tensorclasses, scalars_as_non_tensor, set_none_entry,
+                                       set_none_item, warn_defaults_not_filled)
 from ._tensorclass_fields import (NON_TENSOR, FieldStorage, guard_all, no_field_error, set_instance_dict, set_td,
                                   to_field_leaf)
 from .saving import save_collection
@@ -308,8 +311,11 @@ class TensorDictMethods(FieldStorage):
     # ------------------------------------------------------------------ conversions
     @classmethod
     def from_tensordict(cls, tensordict: TensorDict, non_tensordict: Optional[dict] = None) -> "Self":
-        """Wrap ``tensordict`` (shared, not copied) in this class; its keys must be fields.
+        """Wrap ``tensordict`` (leaves shared, not copied) in this class; its keys must be fields.
 
+        An entry of a field annotated with a tensorclass (or ``Optional`` of one) that is a
+        TensorDict whose keys are all fields of that class becomes an instance of it, at every
+        level; those are set in a shallow copy, so ``tensordict`` itself is left as it is.
         ``non_tensordict`` gives more fields by name (set like attributes).
 
         >>> import torch
@@ -323,14 +329,83 @@ class TensorDictMethods(FieldStorage):
         extra = set(tensordict._tensordict) - cls._tc_field_set
         if extra:
             raise _keys_error(cls, extra)
-        instance = cls._from_tensordict_unchecked(tensordict)
+        instance = cls._from_tensordict_unchecked(nest_tensorclasses(cls, tensordict, owned=False))
         for name, value in (non_tensordict or {}).items():
             setattr(instance, name, value)
         return instance
 
-    def to_tensordict(self) -> TensorDict:
-        """A TensorDict holding a copy of the fields (changing it leaves this object alone)."""
-        return self._tensordict.clone()
+    @classmethod
+    def from_dict(cls, input_dict: Mapping, *, auto_batch_size: Optional[bool] = None, batch_size: Any = None,
+                  device: Any = None, batch_dims: Optional[int] = None) -> "Self":
+        """Build an instance from a (nested) dict of its fields, as upstream's ``from_dict``.
+
+        The values are converted as ``TensorDict.from_dict`` does (leaves shared, nested dicts
+        become TensorDicts, or instances for fields annotated with a tensorclass); the class
+        options (``autocast``, ``nocast``) play no part. A field that is missing or ``None``
+        is ``None``, even one with a declared default (a ``FutureWarning`` says so, as
+        upstream, which will fill the defaults in 0.17). With a non-empty ``batch_size``,
+        Python scalars are stored as they are (non-tensor data). ``auto_batch_size`` (or
+        ``batch_dims``) sets the batch size of every level to the leading dims its leaves share.
+
+        >>> import torch
+        >>> from torchdict import TensorClass
+        >>> class P(TensorClass):
+        ...     x: torch.Tensor
+        >>> P.from_dict({"x": torch.zeros(3, 2)}, batch_dims=1).batch_size
+        torch.Size([3])
+        """
+        if not isinstance(input_dict, Mapping):
+            raise TypeError(f"{cls.__name__}.from_dict() expects a mapping of field names to values, got "
+                            f"{type(input_dict).__name__}; wrap a TensorDict with from_tensordict().")
+        if batch_size is not None and batch_dims is not None:
+            raise ValueError("Cannot pass both batch_size and batch_dims to `from_dict`.")
+        top_keys = {key_to_tuple(key)[0] for key in input_dict}
+        extra = top_keys - cls._tc_field_set
+        if extra:
+            raise _keys_error(cls, extra)
+        warn_defaults_not_filled(cls, top_keys)
+        # A None field is a missing key (the TensorDict would store it as non-tensor data).
+        values = {key: value for key, value in input_dict.items() if value is not None or key not in cls._tc_field_set}
+        batch = parse_batch_size(batch_size)
+        if batch:
+            # A 0-dim tensor can't have a non-empty batch size: a scalar is kept as non-tensor data.
+            values = scalars_as_non_tensor(values, batch, device)
+        td = TensorDict.from_dict(values, auto_batch_size=auto_batch_size, batch_size=batch_size, device=device,
+                                  batch_dims=batch_dims)
+        return cls._from_tensordict_unchecked(nest_tensorclasses(cls, td, owned=True))
+
+    def to_tensordict(self, *, retain_none: Optional[bool] = None) -> TensorDict:
+        """A plain TensorDict holding a copy of the fields (changing it leaves this object alone).
+
+        Tensors are cloned, nested tensorclasses become TensorDicts and non-tensor fields
+        ``NonTensorData``, at every level. ``None`` fields are left out unless
+        ``retain_none=True``, which writes them as ``NonTensorData(None)`` (after the others).
+        """
+        result = self._tensordict.to_tensordict(retain_none=retain_none)
+        if retain_none:
+            fill_none_fields(self, result, set_none_entry)
+        return result
+
+    def to_dict(self, *, retain_none: bool = True, convert_tensors: bool = False) -> dict:
+        """The fields as a nested plain dict (nested tensorclasses as dicts, non-tensor values raw).
+
+        ``None`` fields are included as ``None`` (after the stored fields, in declaration
+        order, at every level) unless ``retain_none=False``; ``convert_tensors=True`` turns
+        tensors into nested lists.
+
+        >>> import torch
+        >>> from typing import Optional
+        >>> from torchdict import TensorClass
+        >>> class P(TensorClass):
+        ...     x: torch.Tensor
+        ...     y: Optional[torch.Tensor] = None
+        >>> P(torch.ones(2)).to_dict(convert_tensors=True)
+        {'x': [1.0, 1.0], 'y': None}
+        """
+        result = self._tensordict.to_dict(retain_none=retain_none, convert_tensors=convert_tensors)
+        if retain_none:
+            fill_none_fields(self, result, set_none_item)
+        return result
 
     # ------------------------------------------------------------------ torch integration
     @classmethod
@@ -433,7 +508,6 @@ class TensorDictMethods(FieldStorage):
         def zero_(self) -> Self: ...
         def lock_(self) -> Self: ...
         def unlock_(self) -> Self: ...
-        def to_dict(self) -> dict: ...
         def numel(self) -> int: ...
         def dim(self) -> int: ...
         def __len__(self) -> int: ...
