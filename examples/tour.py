@@ -121,6 +121,8 @@ def tensor_like() -> None:
     print(data.reshape(-1).shape)
     print(data.unsqueeze(-1).shape)
     tensordict_uniform = data.apply(lambda tensor: tensor.float().uniform_())
+    scores = TensorDict({"logits": torch.tensor([[0.0, 1.0], [2.0, 3.0]])}, batch_size=[2])
+    print("logsumexp over the batch:", scores.logsumexp()["logits"], "| median:", scores.quantile(0.5)["logits"])
     print("uniform mean in [0, 1]:", bool(0 <= tensordict_uniform["key 1"].mean() <= 1))
     data = TensorDict({"a": torch.tensor(1.0, dtype=torch.float), "b": torch.tensor(1, dtype=torch.int64)}, [])
     data_float = data.apply(lambda x: x if x.dtype == torch.float else None)

@@ -715,10 +715,29 @@ def _register_torch_functions() -> None:
     methods = list(UNARY_OPS) + [f"{name}_" for name, op in UNARY_OPS.items() if op.inplace is not None]
     methods += ["sum", "nansum", "mean", "nanmean", "prod", "std", "var", "amax", "amin", "max", "min", "all",
                 "any", "clamp", "clamp_", "clip", "lerp", "masked_fill", "zero_", "absolute", "negative"]
+    methods += ["logsumexp", "quantile", "cummax", "cummin"]
     for name in methods:
         function = getattr(torch, name, None)
         if function is not None and function not in TORCH_FUNCTIONS:
             dispatch_to_method(function, name)
+    TORCH_FUNCTIONS[torch.norm] = _torch_norm
+    TORCH_FUNCTIONS[torch.linalg.vector_norm] = _torch_vector_norm
+
+
+def _torch_norm(input: Any, p: Any = "fro", dim: Any = None, keepdim: bool = False, out: Any = None,
+                dtype: Optional[torch.dtype] = None) -> Any:
+    # torch.norm hands every argument over by keyword, out=None included.
+    if out is not None:
+        raise TypeError("torch.norm(td, out=...) is not supported: use the TensorDict it returns.")
+    return input.norm(dim, keepdim, p=p, dtype=dtype)
+
+
+def _torch_vector_norm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,
+                       dtype: Optional[torch.dtype] = None, out: Any = None) -> Any:
+    # vector_norm's second positional argument is the order, not the dim.
+    if out is not None:
+        raise TypeError("torch.linalg.vector_norm(td, out=...) is not supported: use the TensorDict it returns.")
+    return x.norm(dim, keepdim, p=ord, dtype=dtype)
 
 
 _register_torch_functions()

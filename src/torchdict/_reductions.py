@@ -1,4 +1,5 @@
-"""Reductions over the batch dims: sum, mean, std, var, prod, max, min, amax, amin, nansum, nanmean.
+"""Reductions over the batch dims: sum, mean, std, var, prod, max, min, amax, amin, nansum, nanmean,
+logsumexp, norm, quantile; and the cumulative cummax / cummin.
 
 ``dim`` selects what is reduced in every leaf:
 
@@ -10,12 +11,15 @@
 ``reduce=True`` pools all the leaves into one tensor (each leaf's feature dims
 flattened and concatenated) and returns a single tensor. ``max``/``min`` with a
 ``dim`` return ``torch.return_types.max(values=td, indices=td)`` like torch.
+``logsumexp`` without ``dim`` reduces every *batch* dim (feature dims stay), as
+upstream does. ``cummax``/``cummin`` keep the batch and return
+``torch.return_types.cummax(values=td, indices=td)``.
 Non-tensor data shared by the batch (``NonTensorData``) is kept; per-element
 non-tensor stacks are dropped, as there is no way to reduce them.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 
@@ -25,7 +29,9 @@ from .nontensor import NonTensorData
 
 _Tensor = torch.Tensor
 _NO_DIM: Any = object()
-_TUPLE_DIMS = frozenset({"sum", "mean", "std", "var", "amax", "amin", "nansum", "nanmean", "all", "any"})
+# Per-leaf functions that take a tuple of dims (the others reduce one dim at a time).
+_TUPLE_DIMS = frozenset({"sum", "mean", "std", "var", "amax", "amin", "nansum", "nanmean", "all", "any",
+                         "logsumexp", "norm", "quantile"})
 _WITH_INDICES = frozenset({"max", "min"})
 
 
@@ -47,9 +53,46 @@ def batch_dims_of(dim: Any, batch_dims: int) -> tuple:
     return tuple(dims)
 
 
+def _merge_dims(leaf: torch.Tensor, dims: tuple) -> torch.Tensor:
+    """``leaf`` with ``dims`` (sorted, non-empty) moved to the front and flattened into dim 0."""
+    return leaf.movedim(dims, tuple(range(len(dims)))).flatten(0, len(dims) - 1)
+
+
+def _restore_dims(result: torch.Tensor, dims: tuple, lead: int = 0) -> torch.Tensor:
+    """``keepdim`` for a reduction of merged ``dims``: size-1 dims back in place (after ``lead`` new dims)."""
+    for dim in dims:  # increasing, so each position is final once inserted
+        result = result.unsqueeze(dim + lead)
+    return result
+
+
+def _vector_norm(leaf: torch.Tensor, dim: Any = None, keepdim: bool = False, *, p: Any = 2,
+                 dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    # "fro" is torch.norm's default; over a flattened vector it is the 2-norm.
+    return torch.linalg.vector_norm(leaf, 2 if p == "fro" else p, dim, keepdim, dtype=dtype)
+
+
+def _quantile(leaf: torch.Tensor, dim: Any = None, keepdim: bool = False, *, q: Any,
+              interpolation: str = "linear") -> torch.Tensor:
+    """``torch.quantile``, also over a tuple of dims (the quantile of all their elements together)."""
+    if not isinstance(dim, tuple):
+        return torch.quantile(leaf, q, dim, keepdim, interpolation=interpolation)
+    merged = _merge_dims(leaf, dim)
+    result = torch.quantile(merged, q, 0, interpolation=interpolation)
+    # A 1-d ``q`` puts one leading dim in front of the result.
+    return _restore_dims(result, dim, result.ndim - merged.ndim + 1) if keepdim else result
+
+
+# Reductions whose per-leaf function is not ``torch.<name>`` (same (leaf, dim, keepdim, **kwargs) calling form).
+_LEAF_FUNCTIONS: Dict[str, Callable[..., torch.Tensor]] = {"norm": _vector_norm, "quantile": _quantile}
+
+
+def _leaf_function(name: str) -> Any:
+    return _LEAF_FUNCTIONS.get(name) or getattr(torch, name)
+
+
 def _reduce_dims(name: str, leaf: torch.Tensor, dims: tuple, keepdim: bool, kwargs: dict) -> Any:
     """``torch.<name>`` over ``dims`` of one leaf (ops without tuple dims reduce one dim at a time)."""
-    fn = getattr(torch, name)
+    fn = _leaf_function(name)
     if not dims:  # nothing to reduce; torch would read an empty tuple as "every dim"
         return fn(leaf.unsqueeze(-1), dim=-1, **kwargs)
     if name in _TUPLE_DIMS:
@@ -68,19 +111,18 @@ def _max_min_dims(name: str, leaf: torch.Tensor, dims: tuple, keepdim: bool) -> 
     if len(dims) == 1:
         result = fn(leaf, dims[0], keepdim=keepdim)
         return result.values, result.indices
-    moved = leaf.movedim(dims, tuple(range(len(dims)))).flatten(0, len(dims) - 1)
-    values, indices = fn(moved, 0)
+    values, indices = fn(_merge_dims(leaf, dims), 0)
     if keepdim:
-        for dim in dims:
-            values, indices = values.unsqueeze(dim), indices.unsqueeze(dim)
+        values, indices = _restore_dims(values, dims), _restore_dims(indices, dims)
     return values, indices
 
 
 def _whole(name: str, leaf: torch.Tensor, keepdim: bool, kwargs: dict) -> torch.Tensor:
-    result = getattr(torch, name)(leaf, **kwargs)
+    result = _leaf_function(name)(leaf, **kwargs)
     if name in _WITH_INDICES and not isinstance(result, _Tensor):
         result = result.values
-    return result.reshape((1,) * leaf.ndim) if keepdim else result
+    # ``result.shape`` is ``()``, or ``(n,)`` for a quantile with ``n`` values of ``q``.
+    return result.reshape(result.shape + (1,) * leaf.ndim) if keepdim else result
 
 
 def _keep_shared_non_tensor(leaf: Any, batch_size: torch.Size) -> Any:
@@ -103,10 +145,25 @@ def _pooled(td: Any, dims: Optional[tuple]) -> torch.Tensor:
     return torch.cat(parts, dim=-1)
 
 
+def _values_and_indices(td: Any, name: str, pairs: list, batch_size: torch.Size, batch_of: Any = None) -> Any:
+    """``torch.return_types.<name>(values=td, indices=td)`` from one (values, indices) pair per tensor leaf.
+
+    Non-tensor entries are dropped from both: they have no indices, and upstream drops them too.
+    """
+    values = rebuild(td, (pair[0] for pair in pairs), batch_size, batch_of, _drop_non_tensor)
+    indices = rebuild(td, (pair[1] for pair in pairs), batch_size, batch_of, _drop_non_tensor)
+    return getattr(torch.return_types, name)((values, indices))
+
+
 def reduce(td: Any, name: str, dim: Any = _NO_DIM, keepdim: bool = False, kwargs: Optional[dict] = None,
-           reduce_all: bool = False) -> Any:
-    """``torch.<name>`` over ``dim`` (see the module docstring) of every leaf."""
+           reduce_all: bool = False, lead: tuple = ()) -> Any:
+    """``torch.<name>`` over ``dim`` (see the module docstring) of every leaf.
+
+    ``lead``: the sizes of the dims the op puts in front of every result (a 1-d
+    ``q`` of ``quantile``); they lead the result's batch too.
+    """
     kwargs = kwargs or {}
+    prefix = torch.Size(lead)
     n_batch = len(td._batch_size)
     feature = isinstance(dim, str)
     if feature and dim != "feature":
@@ -116,18 +173,19 @@ def reduce(td: Any, name: str, dim: Any = _NO_DIM, keepdim: bool = False, kwargs
     if reduce_all:
         return _reduce_pooled(td, name, dims, feature, keepdim, kwargs)
     if whole:
-        new_batch = torch.Size((1,) * n_batch if keepdim else ())
+        # Without keepdim the batch is ``[]`` even when the op adds leading dims (upstream's choice).
+        new_batch = prefix + (1,) * n_batch if keepdim else torch.Size()
 
         def batch_of(old: torch.Size) -> torch.Size:
-            return torch.Size((1,) * len(old) if keepdim else ())
+            return prefix + (1,) * len(old) if keepdim else torch.Size()
 
         def per_leaf(leaf: torch.Tensor) -> Any:
             return _whole(name, leaf, keepdim, kwargs)
     elif feature:
-        new_batch = td._batch_size
+        new_batch = prefix + td._batch_size
 
         def batch_of(old: torch.Size) -> torch.Size:
-            return old[:n_batch] + ((1,) * (len(old) - n_batch) if keepdim else ())
+            return prefix + old[:n_batch] + ((1,) * (len(old) - n_batch) if keepdim else ())
 
         def per_leaf(leaf: torch.Tensor) -> Any:
             feature_dims = tuple(range(n_batch, leaf.ndim))
@@ -137,13 +195,13 @@ def reduce(td: Any, name: str, dim: Any = _NO_DIM, keepdim: bool = False, kwargs
     else:
         assert dims is not None
         kept = [1 if position in dims else size for position, size in enumerate(td._batch_size)]
-        new_batch = torch.Size(kept if keepdim else [size for position, size in enumerate(td._batch_size)
-                                                      if position not in dims])
+        new_batch = prefix + tuple(kept if keepdim else [size for position, size in enumerate(td._batch_size)
+                                                          if position not in dims])
 
         def batch_of(old: torch.Size) -> torch.Size:
             return new_batch + old[n_batch:]
 
-        torch_fn = getattr(torch, name)
+        torch_fn = _leaf_function(name)
         if len(dims) == 1 and name not in _WITH_INDICES and name not in ("std", "var"):
             # The common ``td.sum(0)``: torch's positional (input, dim, keepdim) form.
             single = dims[0]
@@ -162,9 +220,7 @@ def reduce(td: Any, name: str, dim: Any = _NO_DIM, keepdim: bool = False, kwargs
         return td._new_unsafe(dict(zip(storage, map(per_leaf, flat))), new_batch, td._device)
     results = [per_leaf(leaf) for leaf in (flat if flat is not None else tensor_leaves(td))]
     if name in _WITH_INDICES and not whole:
-        values = rebuild(td, (pair[0] for pair in results), new_batch, batch_of, _drop_non_tensor)
-        indices = rebuild(td, (pair[1] for pair in results), new_batch, batch_of, _drop_non_tensor)
-        return getattr(torch.return_types, name)((values, indices))
+        return _values_and_indices(td, name, results, new_batch, batch_of)
     return rebuild(td, iter(results), new_batch, batch_of, _keep_shared_non_tensor)
 
 
@@ -237,23 +293,108 @@ class ReductionsMixin:
         """Minimum over batch ``dim`` of every leaf (values only)."""
         return _reduction(self, "amin", dim, keepdim, reduce)
 
-    def max(self, dim: Any = _NO_DIM, keepdim: bool = False, *, reduce: Optional[bool] = None) -> Any:
+    def max(self, dim: Any = _NO_DIM, keepdim: bool = False, *, reduce: Optional[bool] = None,
+            return_indices: bool = True) -> Any:
         """Maximum over batch ``dim``: ``torch.return_types.max(values=td, indices=td)``.
 
-        Without ``dim``, a TensorDict of each leaf's maximum.
+        Without ``dim``, a TensorDict of each leaf's maximum. ``return_indices=False``
+        returns the values TensorDict only (what ``amax`` returns).
 
         >>> td = TensorDict(a=torch.tensor([1., 5., 3.]), batch_size=[3])
-        >>> td.max(0).indices["a"], td.max()["a"]
-        (tensor(1), tensor(5.))
+        >>> td.max(0).indices["a"], td.max()["a"], td.max(0, return_indices=False)["a"]
+        (tensor(1), tensor(5.), tensor(5.))
         """
-        return _reduction(self, "max", dim, keepdim, reduce)
+        return _reduction(self, "max" if return_indices else "amax", dim, keepdim, reduce)
 
-    def min(self, dim: Any = _NO_DIM, keepdim: bool = False, *, reduce: Optional[bool] = None) -> Any:
-        """Minimum over batch ``dim``: ``torch.return_types.min(values=td, indices=td)``."""
-        return _reduction(self, "min", dim, keepdim, reduce)
+    def min(self, dim: Any = _NO_DIM, keepdim: bool = False, *, reduce: Optional[bool] = None,
+            return_indices: bool = True) -> Any:
+        """Minimum over batch ``dim``: ``torch.return_types.min(values=td, indices=td)`` (see ``max``)."""
+        return _reduction(self, "min" if return_indices else "amin", dim, keepdim, reduce)
+
+    def logsumexp(self, dim: Any = _NO_DIM, keepdim: bool = False, *, reduce: Optional[bool] = None) -> Any:
+        """``log(sum(exp(leaf)))`` over batch ``dim``, computed stably as ``torch.logsumexp``.
+
+        Unlike ``sum``, omitting ``dim`` reduces every *batch* dim, not the whole
+        leaf: the feature dims stay (as upstream).
+
+        >>> td = TensorDict(a=torch.zeros(2, 3), batch_size=[2])
+        >>> td.logsumexp()["a"]
+        tensor([0.6931, 0.6931, 0.6931])
+        """
+        if dim is _NO_DIM or dim is None:
+            dim = _every_batch_dim(self)
+        return _reduction(self, "logsumexp", dim, keepdim, reduce)
+
+    def norm(self, dim: Any = _NO_DIM, keepdim: bool = False, *, p: Any = 2, dtype: Optional[torch.dtype] = None,
+             reduce: Optional[bool] = None) -> Any:
+        """Vector ``p``-norm (``torch.linalg.vector_norm``) over batch ``dim`` of every leaf.
+
+        Without ``dim``, each leaf's norm over all its elements. ``p="fro"``
+        (``torch.norm``'s default) is the 2-norm. ``reduce=True`` gives the norm of
+        all the leaves' elements together.
+
+        >>> TensorDict(a=torch.ones(3), batch_size=[3]).norm()["a"]
+        tensor(1.7321)
+        """
+        return _reduction(self, "norm", dim, keepdim, reduce, p=p, dtype=dtype)
+
+    def quantile(self, q: Any, dim: Any = _NO_DIM, keepdim: bool = False, *, interpolation: str = "linear",
+                 reduce: Optional[bool] = None) -> Any:
+        """``torch.quantile`` over batch ``dim`` of every leaf (each leaf wholly when ``dim`` is omitted).
+
+        Over a tuple of dims, the quantile of all their elements together. A 1-d
+        tensor ``q`` of ``n`` values adds a leading dim of size ``n`` to every leaf,
+        and to the batch unless ``dim`` is omitted without ``keepdim`` (then the
+        batch is ``[]``, as upstream).
+
+        >>> td = TensorDict(a=torch.tensor([1., 3., 2.]), batch_size=[3])
+        >>> td.quantile(0.5)["a"], td.quantile(torch.tensor([0., 1.]), 0).batch_size
+        (tensor(2.), torch.Size([2]))
+        """
+        lead = tuple(q.shape) if isinstance(q, _Tensor) and q.ndim == 1 else ()
+        return _reduction(self, "quantile", dim, keepdim, reduce, lead=lead, q=q, interpolation=interpolation)
+
+    def cummax(self, dim: int, *, reduce: Optional[bool] = None, return_indices: bool = True) -> Any:
+        """Running maximum along batch ``dim``: ``torch.return_types.cummax(values=td, indices=td)``.
+
+        The batch is kept. ``return_indices=False`` returns the values TensorDict
+        only; ``reduce=True`` runs it over the pooled leaves (one tensor, see the
+        module docstring).
+
+        >>> td = TensorDict(a=torch.tensor([1., 3., 2.]), batch_size=[3])
+        >>> td.cummax(0).values["a"], td.cummax(0).indices["a"]
+        (tensor([1., 3., 3.]), tensor([0, 1, 1]))
+        """
+        return _cumulative(self, "cummax", dim, bool(reduce), return_indices)
+
+    def cummin(self, dim: int, *, reduce: Optional[bool] = None, return_indices: bool = True) -> Any:
+        """Running minimum along batch ``dim`` (see ``cummax``)."""
+        return _cumulative(self, "cummin", dim, bool(reduce), return_indices)
 
 
-def _reduction(td: Any, name: str, dim: Any, keepdim: bool, reduce_all: Optional[bool], **kwargs: Any) -> Any:
+def _reduction(td: Any, name: str, dim: Any, keepdim: bool, reduce_all: Optional[bool], *, lead: tuple = (),
+               **kwargs: Any) -> Any:
+    # The methods' ``reduce`` argument hides the module's ``reduce``: they call this instead.
     kwargs = {key: value for key, value in kwargs.items() if value is not None}
-    return reduce(td, name, dim, keepdim, kwargs, bool(reduce_all))
+    return reduce(td, name, dim, keepdim, kwargs, bool(reduce_all), lead)
+
+
+def _every_batch_dim(td: Any) -> tuple:
+    return tuple(range(len(td._batch_size)))
+
+
+def _cumulative(td: Any, name: str, dim: Any, reduce_all: bool, return_indices: bool) -> Any:
+    """``torch.cummax``/``cummin`` along one batch dim of every leaf; the batch is kept."""
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"{name} takes one batch dim (an int), got {dim!r}.")
+    position = check_batch_dim(dim, len(td._batch_size))
+    fn = getattr(torch, name)
+    if reduce_all:
+        result = fn(_pooled(td, ()), position)
+        return result if return_indices else result.values
+    pairs = [fn(leaf, position) for leaf in tensor_leaves(td)]
+    if return_indices:
+        return _values_and_indices(td, name, pairs, td._batch_size)
+    # Values only: the batch is unchanged, so shared non-tensor data stays, as in the reductions.
+    return rebuild(td, (pair.values for pair in pairs), td._batch_size, None, _keep_shared_non_tensor)
 
