@@ -175,6 +175,10 @@ def state_dicts() -> None:
     state_dict.data.zero_()
     state_dict.to_module(module, inplace=True)
     print("module weights are zero:", bool((module[0].weight == 0).all()))
+    # state_dict() uses nn.Module's dotted keys, so a module's own checkpoint loads into it.
+    restored = TensorDict()
+    restored.load_state_dict(module.state_dict(), strict=False)  # strict: the key sets must match
+    print("loaded from module.state_dict():", sorted(restored.state_dict()))
 
 
 def functional() -> None:

@@ -1,4 +1,5 @@
 import pytest
+import torch
 from hypothesis import given, strategies as st
 
 from torchdict import TensorDict, unravel_key, unravel_key_list
@@ -55,3 +56,21 @@ def test_every_normalised_key_reads_the_same_entry(key):
     assert td[key] == 1
     assert key in td.keys(include_nested=True)
     assert td.get(key) is td[flat]
+
+
+def test_str_subclass_keys_are_kept_and_equal_their_string_value():
+    # As upstream: a key of a str subclass (an Enum mixing in str, whose str() is "Key.obs") is
+    # stored as given, and reads back by it or by its string value, at any depth and batch size.
+    import enum
+
+    class Key(str, enum.Enum):
+        OBS = "obs"
+
+    for batch_size in ([], [3]):
+        td = TensorDict({Key.OBS: torch.zeros(3), "n": {Key.OBS: torch.zeros(3)}}, batch_size=batch_size)
+        assert list(td.keys()) == ["obs", "n"] and type(next(iter(td.keys()))) is Key
+        assert td["obs"] is td[Key.OBS] and td["n", "obs"] is td["n", Key.OBS]
+        td[Key.OBS] = torch.ones(3)
+        td["n", Key.OBS] = torch.ones(3)
+        assert td["obs"].sum() == 3 and td.get(("n", "obs")).sum() == 3
+        assert td.pop(Key.OBS).sum() == 3 and "obs" not in td.keys()

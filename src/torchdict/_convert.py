@@ -23,7 +23,6 @@ _NUMBER_TYPES = (bool, int, float)
 # The first size of a tensor (0 for a 0-dim one), read by the C slot under torch.Tensor.__len__
 # (which is a slower Python wrapper that raises on 0-dim tensors): the cheapest batch check.
 tensor_len = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None)).__len__
-_ONLY_STR = {str}
 
 
 def quick_batch_len(batch_size: torch.Size) -> int:
@@ -43,18 +42,20 @@ def quick_batch_len(batch_size: torch.Size) -> int:
 
 
 def plain_leaves_fit(source: dict, first: int) -> bool:
-    """True when every key of ``source`` is a str and every value a ``torch.Tensor`` (a
-    subclass too, as the entry-by-entry path accepts) whose first size is ``first`` (> 0):
-    such a dict is a valid storage for the batch size ``[first]``.
+    """True when every key of ``source`` is a str and every value a ``torch.Tensor`` (subclasses
+    too, as the entry-by-entry path accepts them) whose first size is ``first`` (> 0): such a
+    dict is a valid storage for the batch size ``[first]``.
 
-    Two C-level passes (key types, first sizes) instead of a Python loop: the fast path of
-    building a TensorDict from a flat dict of tensors. The size pass is also the value type
-    test: :data:`tensor_len` raises TypeError for anything that is not a tensor. A 0-dim
+    Two C-level passes (keys joined, first sizes) instead of a Python loop: the fast path of
+    building a TensorDict from a flat dict of tensors. Each pass is also a type test. A 0-dim
     tensor has C length 0, hence ``first > 0``.
     """
-    if first <= 0 or not source or set(map(type, source)) != _ONLY_STR:
+    if first <= 0 or not source:
         return False
     try:
+        # join raises TypeError unless every key is a str (a subclass too, kept as it is, as
+        # the entry-by-entry path does); tensor_len unless every value is a tensor.
+        "".join(source)
         return set(map(tensor_len, source.values())) == {first}
     except TypeError:
         return False

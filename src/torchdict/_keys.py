@@ -27,8 +27,10 @@ def _flatten_into(key: tuple, out: list, original: object) -> None:
             out.append(item)
         elif isinstance(item, tuple) and item:
             _flatten_into(item, out, original)
-        elif isinstance(item, str):  # str subclasses (e.g. enum-like str types)
-            out.append(str(item))
+        elif isinstance(item, str):
+            # A str subclass (an enum of str, say) is kept as it is, as upstream does: it hashes
+            # and compares as its string value, which str() would not give for a str-mixin Enum.
+            out.append(item)
         else:
             raise _bad_key(original)
 
@@ -58,7 +60,7 @@ def key_to_tuple(key: object) -> tuple:
             raise _bad_key(key)
         return tuple(out)
     if isinstance(key, str):
-        return (str(key),)
+        return (key,)  # a str subclass, kept (see _flatten_into)
     raise _bad_key(key)
 
 

@@ -63,7 +63,7 @@ def _keys_error(cls: type, extra: set) -> ValueError:
 
 
 def _field_index_error(index: Any) -> ValueError:
-    key = index if type(index) is str else index[0] if len(index) == 1 else index
+    key = index if isinstance(index, str) else index[0] if len(index) == 1 else index
     return ValueError(
         f"Invalid indexing arguments: {key!r}. A tensorclass is indexed along its batch dimensions; "
         f"to read a field, use the attribute or get({key!r})."
@@ -71,7 +71,7 @@ def _field_index_error(index: Any) -> ValueError:
 
 
 def _is_key_index(index: Any) -> bool:
-    return type(index) is str or (type(index) is tuple and bool(index) and type(index[0]) is str)
+    return isinstance(index, str) or (type(index) is tuple and bool(index) and isinstance(index[0], str))
 
 
 # ---------------------------------------------------------------------------- rewrapping

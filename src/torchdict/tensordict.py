@@ -37,6 +37,7 @@ from ._names import NamesMixin
 from ._moves import MovesMixin
 from ._ops import OpsMixin
 from ._shape import ShapeMixin
+from ._state_dict import StateDictMixin
 from ._torch_function import TorchFunctionMixin
 from ._views import ItemsView, KeysView, ValuesView
 from .distributed import DistributedMixin
@@ -101,6 +102,7 @@ class TensorDict(
     LockingMixin,
     ConstructorsMixin,
     ConversionsMixin,
+    StateDictMixin,
     TensorCollection,
 ):
     """A dictionary of tensors sharing leading batch dimensions.
@@ -318,7 +320,10 @@ class TensorDict(
 
     def _getitem_slow(self, index: Any) -> Any:
         if isinstance(index, str):
-            raise missing_key_error(index, self._tensordict)
+            if index.__class__ is str:  # a str __getitem__ did not find
+                raise missing_key_error(index, self._tensordict)
+            value = self._get_path((index,))  # a str subclass (an enum of str, say)
+            return value.data if type(value) in _NON_TENSOR else value
         if type(index) is tuple:
             # Fast path: a flat tuple of str walking through plain TensorDicts.
             value = self
@@ -442,7 +447,7 @@ class TensorDict(
 
     # ------------------------------------------------------------------ writing
     def __setitem__(self, index: Any, value: Any) -> None:
-        if type(index) is str:
+        if index.__class__ is str:
             if self._is_locked:
                 raise locked_error()
             if isinstance(value, _Tensor):
@@ -457,7 +462,7 @@ class TensorDict(
             else:
                 self._set_path((index,), value)
             return
-        if type(index) is tuple:
+        if index.__class__ is tuple:
             # Fast path: a tensor written through existing plain TensorDicts. Stored keys are
             # str only, so a nested tuple, an int or an unhashable index among the levels misses
             # (KeyError/TypeError) and anything unusual takes the general path below. Depths 2
@@ -466,21 +471,24 @@ class TensorDict(
             try:
                 depth = len(index)
                 if depth == 3:
-                    parent = self._tensordict[index[0]]
-                    if type(parent) is TensorDict:
-                        parent = parent._tensordict[index[1]]
+                    first, second, last = index
+                    parent = self._tensordict[first]
+                    if parent.__class__ is TensorDict:
+                        parent = parent._tensordict[second]
                 elif depth == 2:
-                    parent = self._tensordict[index[0]]
-                elif depth > 3:
-                    parent = self
-                    for key in index[:-1]:
-                        if type(parent) is not TensorDict:
-                            break
-                        parent = parent._tensordict[key]
-                last = index[-1]
+                    first, last = index
+                    parent = self._tensordict[first]
+                else:
+                    last = index[-1]
+                    if depth > 3:
+                        parent = self
+                        for key in index[:-1]:
+                            if type(parent) is not TensorDict:
+                                break
+                            parent = parent._tensordict[key]
             except (KeyError, TypeError, IndexError):  # IndexError: td[()] = value
                 parent = None
-            if (type(parent) is TensorDict and type(last) is str and isinstance(value, _Tensor)
+            if (parent.__class__ is TensorDict and last.__class__ is str and isinstance(value, _Tensor)
                     and not parent._is_locked and (parent._device is None or value.device == parent._device)):
                 batch_len = parent._batch_len
                 if not batch_len or _tensor_len(value) == batch_len or fits_batch(value.shape, parent._batch_size):
@@ -489,6 +497,9 @@ class TensorDict(
             if index and _is_key_tuple(index):
                 self._set_path(key_to_tuple(index), value)
                 return
+        elif isinstance(index, str):  # a str subclass (an enum of str, say)
+            self._set_path((index,), value)
+            return
         self._set_at_index(index, value)
 
     def _check_fits(self, value: torch.Tensor, key: Any) -> None:
@@ -776,7 +787,7 @@ def _is_any_leaf(cls: type) -> bool:
 
 def _is_key_tuple(index: tuple) -> bool:
     for item in index:
-        if type(item) is str:
+        if type(item) is str or isinstance(item, str):  # a str subclass is a key too
             continue
         if type(item) is tuple and item and _is_key_tuple(item):
             continue
