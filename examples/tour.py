@@ -11,7 +11,7 @@ import tempfile
 import torch
 from torch import nn
 
-from torchdict import MemoryMappedTensor, TensorDict, tensorclass
+from torchdict import MemoryMappedTensor, TensorDict, pad_sequence, tensorclass
 
 
 def section(title: str) -> None:
@@ -116,6 +116,10 @@ def tensor_like() -> None:
     assert cat_tensordict.shape == torch.Size([6, 4])
     assert cat_tensordict["key 1"].shape == torch.Size([6, 4, 5])
     print("stack:", stack_tensordict.shape, "cat:", cat_tensordict.shape)
+    # Episodes of different lengths, padded into one batch with a mask of the real steps.
+    episodes = [TensorDict({"reward": torch.ones(length)}, batch_size=[length]) for length in (3, 5)]
+    padded = pad_sequence(episodes, return_mask=True)
+    print("pad_sequence:", padded.batch_size, padded["masks", "reward"].int().tolist())
     # The guide prints the shapes of these results.
     print(data.view(-1).shape)
     print(data.reshape(-1).shape)

@@ -7,6 +7,7 @@ from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from ._torch_function import cat, stack
+from ._padding import pad, pad_sequence
 from . import _pytree  # noqa: F401  (registers TensorDict as a torch.utils._pytree node)
 
 __all__ = [
@@ -25,6 +26,8 @@ __all__ = [
     "KeyThroughLeafError",
     "stack",
     "cat",
+    "pad",
+    "pad_sequence",
 ]
 
 __version__ = "0.1.0"
