@@ -488,3 +488,14 @@ def test_writing_a_tensor_casts_it_to_each_leaf_dtype_whatever_the_index(index):
     td[index] = value
     for key, leaf in expected.items():
         assert torch.equal(td[key], leaf) and td[key].dtype == leaf.dtype
+
+
+@pytest.mark.parametrize("index", [("key 1", 0), (0, "key 1"), (slice(None), "n")])
+def test_an_index_mixing_keys_and_batch_items_is_an_index_error(index):
+    td = make_td()
+    before = snapshot(td)
+    with pytest.raises(IndexError, match="a batch index cannot hold the str"):
+        td[index]
+    with pytest.raises(IndexError, match="a batch index cannot hold the str"):
+        td[index] = 0
+    assert_same_snapshot(before, snapshot(td))

@@ -93,6 +93,10 @@ def _out_of_bounds(index: int, size: int, dim: int = 0) -> IndexError:
 
 def _convert_item(item: Any) -> Any:
     """Turn index items torch would treat as sequences into tensors (done once, not per leaf)."""
+    if isinstance(item, str):
+        # A tuple mixing key parts and other items (td["a", 0]) is neither a key nor a batch index.
+        raise IndexError(f"a batch index cannot hold the str {item!r}: a key is a str or a tuple of str only "
+                         "(to index a leaf, write td[key][index])")
     if isinstance(item, (list, range)):
         try:
             tensor = torch.as_tensor(item if type(item) is list else list(item))
