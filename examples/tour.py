@@ -11,7 +11,7 @@ import tempfile
 import torch
 from torch import nn
 
-from torchdict import MemoryMappedTensor, TensorDict, pad_sequence, tensorclass
+from torchdict import MemoryMappedTensor, TensorDict, lazy_stack, pad_sequence, tensorclass
 
 
 def section(title: str) -> None:
@@ -120,6 +120,10 @@ def tensor_like() -> None:
     episodes = [TensorDict({"reward": torch.ones(length)}, batch_size=[length]) for length in (3, 5)]
     padded = pad_sequence(episodes, return_mask=True)
     print("pad_sequence:", padded.batch_size, padded["masks", "reward"].int().tolist())
+    # Or keep ragged entries as they are: a lazy stack holds the TensorDicts and stacks on demand.
+    lazy = lazy_stack([TensorDict(reward=torch.ones(length)) for length in (3, 5)])
+    print("lazy_stack:", lazy.batch_size, "rewards:", [r.shape[0] for r in lazy.get("reward", as_list=True)],
+          "padded:", lazy.get("reward", as_padded_tensor=True).shape)
     # The guide prints the shapes of these results.
     print(data.view(-1).shape)
     print(data.reshape(-1).shape)

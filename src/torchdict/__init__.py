@@ -8,6 +8,7 @@ from .tensordict import TensorDict
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from ._torch_function import cat, stack
 from ._padding import pad, pad_sequence
+from .lazy import LazyStackedTensorDict, lazy_stack, maybe_dense_stack
 from . import _pytree  # noqa: F401  (registers TensorDict as a torch.utils._pytree node)
 
 __all__ = [
@@ -28,6 +29,9 @@ __all__ = [
     "cat",
     "pad",
     "pad_sequence",
+    "LazyStackedTensorDict",
+    "lazy_stack",
+    "maybe_dense_stack",
 ]
 
 __version__ = "0.1.0"

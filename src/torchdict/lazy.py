@@ -1,0 +1,733 @@
+"""A lazy stack of TensorDicts: the members are kept, not copied.
+
+``torch.stack(tds)`` copies every leaf into one dense TensorDict, so the
+TensorDicts must hold the same keys with the same shapes. :func:`lazy_stack`
+keeps the members themselves and stacks on demand, so members may hold leaves
+of **different shapes** (ragged dims read as ``-1`` in :meth:`~LazyStackedTensorDict.get_item_shape`)
+and **exclusive keys** (keys that not every member has; they are hidden from
+``keys()`` and ``get``, and shown apart in the repr).
+
+>>> import torch
+>>> from torchdict import TensorDict
+>>> a = TensorDict({"obs": torch.zeros(3, 2)}, batch_size=[3])
+>>> b = TensorDict({"obs": torch.ones(3, 5)}, batch_size=[3])
+>>> td = lazy_stack([a, b])
+>>> td.batch_size, td.get_item_shape("obs")
+(torch.Size([2, 3]), torch.Size([2, 3, -1]))
+>>> td[1] is b
+True
+>>> [value.shape for value in td.get("obs", as_list=True)]
+[torch.Size([3, 2]), torch.Size([3, 5])]
+>>> td.get("obs", as_padded_tensor=True).shape
+torch.Size([2, 3, 5])
+
+Members are plain (dense) ``TensorDict`` instances; reads stack their values
+with ``torch.stack`` and writes split a full-batch value along the stack dim
+into the members. A write that fails leaves every member as it was.
+"""
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any, Callable, Iterator, List, Optional, Sequence
+
+import torch
+
+from ._base import TensorCollection
+from ._convert import fits_batch, to_leaf
+from ._errors import batch_mismatch_error, locked_error, MessageKeyError
+from ._keys import key_to_tuple
+from ._torch_function import _combine_error, _incongruent_error
+from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
+from .printing import _is_shared as _tensor_is_shared
+from .printing import format_leaf, indent
+from .tensordict import TensorDict
+
+__all__ = ["LazyStackedTensorDict", "lazy_stack", "maybe_dense_stack"]
+
+_Tensor = torch.Tensor
+_NON_TENSOR = (NonTensorData, NonTensorStack)
+_MISSING: Any = object()
+
+
+def _missing_key_error(key: Any, keys: Sequence[Any]) -> KeyError:
+    shown = sorted(keys, key=str)
+    return MessageKeyError(f'key "{key}" not found in LazyStackedTensorDict with keys {shown}')
+
+
+def _ragged_error(key: Any, shapes: list) -> RuntimeError:
+    # Upstream's wording, so code matching on it keeps working.
+    return RuntimeError(
+        f"Failed to stack tensors within a tensordict under the key {key!r}: their shapes are {shapes}. "
+        "To read them, pass as_padded_tensor=True, as_nested_tensor=True or as_list=True to get()."
+    )
+
+
+def _same_shapes(values: list) -> bool:
+    first = values[0].shape
+    return all(value.shape == first for value in values)
+
+
+def _pad_to(value: torch.Tensor, shape: Sequence[int], padding_value: float, left: bool) -> torch.Tensor:
+    """``value`` padded with ``padding_value`` up to ``shape`` (on the right of each dim, or the left)."""
+    pads: List[int] = []
+    for size, target in zip(reversed(value.shape), reversed(shape)):  # F.pad wants the last dim first
+        pads += [target - size, 0] if left else [0, target - size]
+    return torch.nn.functional.pad(value, pads, value=padding_value)
+
+
+class _Index:
+    """A batch index split into the part along the stack dim and the part for each member."""
+
+    __slots__ = ("stack_item", "member_index", "trivial", "new_stack_dim")
+
+    def __init__(self, stack_item: Any, member_index: tuple, new_stack_dim: int) -> None:
+        self.stack_item = stack_item
+        self.member_index = member_index
+        # Full slices only: the members are used as they are (td[:, i] is member i).
+        self.trivial = all(type(item) is slice and item == slice(None) for item in member_index)
+        self.new_stack_dim = new_stack_dim
+
+
+def _dims_taken(item: Any) -> int:
+    if item is None:
+        return 0
+    if isinstance(item, _Tensor) and item.dtype is torch.bool:
+        return item.dim()
+    return 1
+
+
+def _is_advanced(item: Any) -> bool:
+    return isinstance(item, list) or (isinstance(item, _Tensor) and item.dim() > 0)
+
+
+def _unsupported_index(index: Any, why: str) -> IndexError:
+    return IndexError(f"Unsupported index {index!r} on a LazyStackedTensorDict: {why}.")
+
+
+class LazyStackedTensorDict(TensorCollection):
+    """A stack of TensorDicts along a new batch dim ``stack_dim`` that keeps its members.
+
+    Build it with :func:`lazy_stack` (or ``LazyStackedTensorDict(*tds, stack_dim=0)``).
+
+    >>> import torch
+    >>> from torchdict import TensorDict
+    >>> a, b = TensorDict(x=torch.zeros(3), batch_size=[3]), TensorDict(x=torch.ones(3), batch_size=[3])
+    >>> td = LazyStackedTensorDict(a, b, stack_dim=1)
+    >>> td["x"]
+    tensor([[0., 1.],
+            [0., 1.],
+            [0., 1.]])
+    >>> td[:, 0] is a
+    True
+    """
+
+    __slots__ = ("_tds", "_stack_dim", "_member_batch", "_is_locked", "__weakref__")
+
+    def __init__(self, *tensordicts: TensorDict, stack_dim: int = 0) -> None:
+        if not tensordicts:
+            raise RuntimeError("items cannot be empty")
+        for td in tensordicts:
+            if not isinstance(td, TensorDict):
+                raise TypeError(
+                    "Expected all inputs to be TensorDict instances but got "
+                    f"{type(td)} instead."
+                )
+        first = tensordicts[0]
+        batch = first.batch_size
+        for position, td in enumerate(tensordicts):
+            if td.batch_size != batch:
+                raise _incongruent_error(tensordicts, position)
+            if td.device != first.device:
+                raise RuntimeError(f"devices differ, got {first.device} and {td.device}")
+        n_batch = len(batch)
+        if not -n_batch - 1 <= stack_dim <= n_batch:
+            full = torch.Size((*batch, len(tensordicts)))
+            raise RuntimeError(f"Stack dim {stack_dim} is too big for batch size {full}.")
+        self._tds: List[TensorDict] = list(tensordicts)
+        self._stack_dim = stack_dim % (n_batch + 1)
+        self._member_batch = batch
+        self._is_locked = False
+
+    @classmethod
+    def _from_members(cls, members: List[TensorDict], stack_dim: int) -> "LazyStackedTensorDict":
+        """A stack of members already known to be consistent (their batch sizes and devices agree)."""
+        td = object.__new__(cls)
+        td._tds = members
+        td._stack_dim = stack_dim
+        td._member_batch = members[0].batch_size
+        td._is_locked = False
+        return td
+
+    @classmethod
+    def lazy_stack(cls, items: Sequence[TensorDict], dim: int = 0) -> "LazyStackedTensorDict":
+        """``lazy_stack(items, dim)``.
+
+        >>> LazyStackedTensorDict.lazy_stack([TensorDict(), TensorDict()]).batch_size
+        torch.Size([2])
+        """
+        return cls(*items, stack_dim=dim)
+
+    @classmethod
+    def maybe_dense_stack(cls, items: Sequence[TensorDict], dim: int = 0) -> Any:
+        """``torch.stack(items, dim)`` when the members hold the same keys with the same shapes, else lazy.
+
+        >>> import torch
+        >>> type(LazyStackedTensorDict.maybe_dense_stack([TensorDict(a=0), TensorDict(a=1)])).__name__
+        'TensorDict'
+        >>> type(LazyStackedTensorDict.maybe_dense_stack([TensorDict(a=0), TensorDict(b=1)])).__name__
+        'LazyStackedTensorDict'
+        """
+        return maybe_dense_stack(items, dim)
+
+    # ------------------------------------------------------------------ shape and members
+    @property
+    def tensordicts(self) -> List[TensorDict]:
+        """The members (the same objects), in stack order; a new list each time."""
+        return list(self._tds)
+
+    @property
+    def stack_dim(self) -> int:
+        return self._stack_dim
+
+    @property
+    def batch_size(self) -> torch.Size:
+        batch, dim = self._member_batch, self._stack_dim
+        return torch.Size((*batch[:dim], len(self._tds), *batch[dim:]))
+
+    shape = batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        return len(self._member_batch) + 1
+
+    ndim = batch_dims
+
+    def dim(self) -> int:
+        return self.batch_dims
+
+    @property
+    def device(self) -> Optional[torch.device]:
+        return self._tds[0].device
+
+    @property
+    def names(self) -> list:
+        """The members' dim names with ``None`` for the stack dim."""
+        names = list(self._tds[0].names)
+        return names[:self._stack_dim] + [None] + names[self._stack_dim:]
+
+    def __len__(self) -> int:
+        return self.batch_size[0]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.unbind(0))
+
+    def unbind(self, dim: int = 0) -> tuple:
+        """The members along the stack dim; along another dim, lazy stacks of the members' slices.
+
+        >>> a, b = TensorDict(), TensorDict()
+        >>> [td is m for td, m in zip(lazy_stack([a, b]).unbind(0), (a, b))]
+        [True, True]
+        """
+        n_batch = self.batch_dims
+        if not -n_batch <= dim < n_batch:
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-n_batch}, {n_batch - 1}], "
+                             f"but got {dim})")
+        dim %= n_batch
+        if dim == self._stack_dim:
+            return tuple(self._tds)
+        prefix = (slice(None),) * dim
+        return tuple(self[prefix + (i,)] for i in range(self.batch_size[dim]))
+
+    # ------------------------------------------------------------------ keys
+    def keys(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        """The keys every member has (members' order of the first one); exclusive keys are left out.
+
+        >>> a = TensorDict(x=0, only_a=1)
+        >>> lazy_stack([a, TensorDict(x=1, only_b=2)]).keys()
+        ['x']
+        """
+        first, *others = [list(td.keys(include_nested, leaves_only)) for td in self._tds]
+        shared = set(first).intersection(*others)
+        return [key for key in first if key in shared]
+
+    def _exclusive_keys(self) -> List[list]:
+        """Per member, its top-level keys that some other member lacks."""
+        shared = set(self.keys())
+        return [[key for key in td.keys() if key not in shared] for td in self._tds]
+
+    def __contains__(self, key: Any) -> bool:
+        return all(key in td for td in self._tds)
+
+    # ------------------------------------------------------------------ reading
+    def _member_values(self, key: Any) -> Any:
+        """Each member's value at ``key`` (non-tensors as their wrappers), or _MISSING if one lacks it."""
+        values = []
+        for td in self._tds:
+            value = td.get(key, _MISSING)
+            if value is _MISSING:
+                return _MISSING
+            values.append(value)
+        return values
+
+    def get(self, key: Any, default: Any = None, *, as_list: bool = False, as_padded_tensor: bool = False,
+            as_nested_tensor: bool = False, padding_value: float = 0.0, padding_side: str = "right",
+            layout: torch.layout = torch.jagged) -> Any:
+        """The members' values at ``key`` stacked along the stack dim; ``default`` if a member lacks it.
+
+        Tensors are stacked densely (they must have one shape, unless one of the
+        options is given); sub-TensorDicts give a lazy stack of the members' ones;
+        non-tensor entries give their stacked ``NonTensorData``/``NonTensorStack``.
+
+        - ``as_list``: the members' values as a list;
+        - ``as_padded_tensor``: tensors padded with ``padding_value`` to their largest
+          size in every dim (on the ``padding_side``, "right" or "left"), then stacked;
+        - ``as_nested_tensor``: a ``torch.nested`` tensor of ``layout`` (jagged: one
+          ragged dim at most) whose first dim runs over the members, whatever the stack dim.
+
+        >>> import torch
+        >>> td = lazy_stack([TensorDict(x=torch.zeros(1)), TensorDict(x=torch.ones(2))])
+        >>> td.get("x", as_padded_tensor=True, padding_value=-1)
+        tensor([[ 0., -1.],
+                [ 1.,  1.]])
+        >>> td.get("x", as_nested_tensor=True).unbind()[1]
+        tensor([1., 1.])
+        """
+        if as_list + as_padded_tensor + as_nested_tensor > 1:
+            raise ValueError("Pass at most one of as_list, as_padded_tensor and as_nested_tensor.")
+        values = self._member_values(key)
+        if values is _MISSING:
+            return default
+        if as_list:
+            return values
+        kinds = {isinstance(value, _Tensor) for value in values}
+        if kinds == {True}:
+            if as_padded_tensor:
+                return self._padded(values, padding_value, padding_side)
+            if as_nested_tensor:
+                return torch.nested.as_nested_tensor(values, layout=layout)
+            if not _same_shapes(values):
+                raise _ragged_error(key, [value.shape for value in values])
+            return torch.stack(values, self._stack_dim)
+        if as_padded_tensor or as_nested_tensor:
+            raise TypeError(f"as_padded_tensor and as_nested_tensor need tensor entries; key {key!r} holds "
+                            f"{type(values[0]).__name__} values.")
+        if all(isinstance(value, TensorDict) for value in values):
+            return LazyStackedTensorDict(*values, stack_dim=self._stack_dim)
+        if all(type(value) in _NON_TENSOR for value in values):
+            return combine_non_tensor(values, lambda grids: torch.stack(grids, self._stack_dim))
+        raise _combine_error(key, values, "stack", TypeError())
+
+    def _padded(self, values: list, padding_value: float, padding_side: str) -> torch.Tensor:
+        if padding_side not in ("left", "right"):
+            raise RuntimeError(f"Expected padding_side to be one of left or right, but got {padding_side}.")
+        if len({value.dim() for value in values}) > 1:
+            raise RuntimeError(f"Cannot pad tensors of different numbers of dims: {[v.shape for v in values]}.")
+        shape = [max(sizes) for sizes in zip(*(value.shape for value in values))]
+        padded = [_pad_to(value, shape, padding_value, padding_side == "left") for value in values]
+        return torch.stack(padded, self._stack_dim)
+
+    def get_item_shape(self, key: Any) -> torch.Size:
+        """The shape of the stacked entry at ``key``, with ``-1`` where the members' sizes differ.
+
+        >>> import torch
+        >>> lazy_stack([TensorDict(x=torch.zeros(2, 4)), TensorDict(x=torch.ones(3, 4))]).get_item_shape("x")
+        torch.Size([2, -1, 4])
+        """
+        values = self._member_values(key)
+        if values is _MISSING:
+            raise _missing_key_error(key, self.keys())
+        shapes = [value.shape if isinstance(value, _Tensor) else value.batch_size for value in values]
+        if len({len(shape) for shape in shapes}) > 1:
+            raise RuntimeError(f"The entries at key {key!r} have different numbers of dims: {shapes}.")
+        sizes = [sizes[0] if len(set(sizes)) == 1 else -1 for sizes in zip(*shapes)]
+        sizes.insert(self._stack_dim, len(self._tds))
+        return torch.Size(sizes)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, str) or (isinstance(index, tuple) and index and
+                                      all(isinstance(item, (str, tuple)) for item in index)):
+            value = self.get(index, _MISSING)
+            if value is _MISSING:
+                raise _missing_key_error(index, self.keys())
+            return value.data if type(value) in _NON_TENSOR else value
+        split = self._split_index(index)
+        item = split.stack_item
+        if isinstance(item, int):
+            member = self._tds[item]
+            return member if split.trivial else member[split.member_index]
+        members = [self._tds[position] for position in item]
+        if not split.trivial:
+            members = [member[split.member_index] for member in members]
+        return LazyStackedTensorDict._from_members(members, split.new_stack_dim)
+
+    def _split_index(self, index: Any) -> _Index:
+        """Find the item of ``index`` that runs along the stack dim (ints, slices, None, ``...`` and one
+        list / 1-d tensor are supported) and turn it into a member position or a list of positions."""
+        items = list(index) if isinstance(index, tuple) else [index]
+        for position, item in enumerate(items):
+            if isinstance(item, range):
+                items[position] = list(item)
+            elif isinstance(item, bool) or (isinstance(item, _Tensor) and item.dim() == 0
+                                            and item.dtype is torch.bool) or not (item is None or item is Ellipsis or isinstance(
+                    item, (int, slice, list, _Tensor))):
+                raise _unsupported_index(index, f"{type(item).__name__} items are not supported")
+        if sum(map(_is_advanced, items)) > 1:
+            raise _unsupported_index(index, "at most one list or tensor item is supported")
+        n_batch = self.batch_dims
+        taken = sum(_dims_taken(item) for item in items if item is not Ellipsis)
+        if taken > n_batch:
+            raise IndexError(f"too many indices for a tensordict of batch size {self.batch_size}")
+        if items.count(Ellipsis) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        if Ellipsis in items:
+            at = items.index(Ellipsis)
+            items[at:at + 1] = [slice(None)] * (n_batch - taken)
+        else:
+            items += [slice(None)] * (n_batch - taken)
+        dim = out_dims = 0
+        for position, item in enumerate(items):
+            width = _dims_taken(item)
+            if dim <= self._stack_dim < dim + width:
+                if width > 1:
+                    raise _unsupported_index(index, "a boolean mask may not span the stack dim and another")
+                member_index = tuple(items[:position] + items[position + 1:])
+                return _Index(self._positions(item), member_index, out_dims)
+            dim += width
+            out_dims += 0 if isinstance(item, int) or (isinstance(item, _Tensor) and item.dim() == 0) else 1
+        raise AssertionError("unreachable: the items cover every batch dim")
+
+    def _positions(self, item: Any) -> Any:
+        """The member position (int) or positions (list) that ``item`` selects along the stack dim."""
+        count = len(self._tds)
+        if isinstance(item, slice):
+            positions = list(range(count))[item]
+        elif isinstance(item, _Tensor) and item.dtype is torch.bool or (
+                isinstance(item, list) and item and all(isinstance(v, bool) for v in item)):
+            mask = torch.as_tensor(item)
+            if mask.shape != (count,):
+                raise IndexError(f"The shape of the mask {list(mask.shape)} does not match the stack dim of "
+                                 f"size {count}")
+            positions = mask.nonzero().squeeze(-1).tolist()
+        else:
+            picked = item.tolist() if isinstance(item, _Tensor) else item
+            if isinstance(picked, int):
+                return self._position(picked)
+            if any(isinstance(value, list) for value in picked):
+                raise _unsupported_index(item, "a multi-dim index along the stack dim")
+            positions = [self._position(value) for value in picked]
+        if not positions:
+            raise IndexError("The index selects no member along the stack dim; a LazyStackedTensorDict needs one.")
+        return positions
+
+    def _position(self, value: int) -> int:
+        count = len(self._tds)
+        if not -count <= value < count:
+            raise IndexError(f"index {value} is out of bounds for the stack dim of size {count}")
+        return value % count
+
+    # ------------------------------------------------------------------ writing
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if isinstance(index, str) or (isinstance(index, tuple) and index and
+                                      all(isinstance(item, (str, tuple)) for item in index)):
+            self.set(index, value)
+            return
+        split = self._split_index(index)
+        item = split.stack_item
+        if isinstance(item, int):  # one member: its own (atomic) write
+            self._tds[item][split.member_index] = value
+            return
+        if isinstance(value, TensorCollection):
+            expected = self[index].batch_size
+            if value.batch_size != expected:
+                raise RuntimeError(f"Cannot write a value of batch size {value.batch_size} at an index of "
+                                   f"batch size {expected}.")
+            pieces = list(value.unbind(split.new_stack_dim))
+        elif isinstance(value, (bool, int, float)):
+            pieces = [value] * len(item)
+        else:
+            raise TypeError(f"Writing at an index of a LazyStackedTensorDict takes a TensorDict or a Python "
+                            f"number, not {type(value).__name__}.")
+        members = [self._tds[position] for position in item]
+        # Each member's write is atomic; the earlier ones are undone if a later one fails.
+        backups = [(member, set(member.keys(True)), member[split.member_index].clone())
+                   for member in members[:-1]]
+        try:
+            for member, piece in zip(members, pieces):
+                member[split.member_index] = piece
+        except BaseException:
+            for member, keys_before, backup in backups:
+                for key in _new_keys(member, keys_before):
+                    del member[key]
+                member[split.member_index] = backup
+            raise
+
+    def set(self, key: Any, item: Any) -> "LazyStackedTensorDict":
+        """Split ``item`` (full batch) along the stack dim into the members; returns self.
+
+        A ``list`` with one value per member writes value ``i`` into member ``i``
+        (so the members may get different shapes).
+
+        >>> import torch
+        >>> a, b = TensorDict(), TensorDict()
+        >>> _ = lazy_stack([a, b]).set("x", torch.tensor([1, 2]))
+        >>> a["x"], b["x"]
+        (tensor(1), tensor(2))
+        """
+        keys = key_to_tuple(key)
+        if self._is_locked or any(td.is_locked for td in self._tds):
+            raise locked_error()
+        self._write(keys, self._pieces(keys, item))
+        return self
+
+    def _pieces(self, keys: tuple, item: Any) -> list:
+        """``item`` split into one value per member."""
+        key = keys if len(keys) > 1 else keys[0]
+        count, dim = len(self._tds), self._stack_dim
+        if type(item) is list:
+            if len(item) != count:
+                raise ValueError(f"A list written to a LazyStackedTensorDict needs one value per member ({count}), "
+                                 f"got {len(item)}.")
+            return item
+        batch = self.batch_size
+        if isinstance(item, TensorCollection):
+            if item.batch_size[:len(batch)] != batch:
+                raise batch_mismatch_error(batch, item.batch_size, key)
+            return list(item.unbind(dim))
+        leaf = to_leaf(item, key, batch, self.device)
+        if isinstance(leaf, (_Tensor, TensorCollection)):  # a Mapping became a TensorDict
+            return list(leaf.unbind(dim))
+        if type(leaf) is NonTensorData:
+            return [leaf._with_batch_size(self._member_batch) for _ in range(count)]
+        return [leaf._batch_op(lambda grid, i=i: grid.select(dim, i)) for i in range(count)]  # NonTensorStack
+
+    def _write(self, keys: tuple, pieces: list) -> None:
+        """``member.set(keys, piece)`` for each member; undone on the written ones if one fails."""
+        undo = []
+        try:
+            for td, piece in zip(self._tds, pieces):
+                undo.append(_undo_record(td, keys))
+                td.set(keys, piece)
+        except BaseException:
+            for td, (path, old) in zip(self._tds, undo[:-1]):
+                if old is _MISSING:
+                    del td[path]
+                else:
+                    td.set(path, old)
+            raise
+
+    def set_(self, key: Any, item: torch.Tensor) -> "LazyStackedTensorDict":
+        """Copy the tensor ``item`` (full batch) into the members' existing tensors (allowed when locked).
+
+        >>> import torch
+        >>> a, b = TensorDict(x=torch.zeros(())), TensorDict(x=torch.zeros(()))
+        >>> x = a["x"]
+        >>> _ = lazy_stack([a, b]).set_("x", torch.tensor([1., 2.]))
+        >>> x, a["x"] is x
+        (tensor(1.), True)
+        """
+        keys = key_to_tuple(key)
+        values = self._member_values(keys)
+        if values is _MISSING:
+            raise KeyError("setting a value in-place on a stack of TensorDict is only permitted if all members "
+                           "of the stack have this key in their register.")
+        if not isinstance(item, _Tensor) or not all(isinstance(value, _Tensor) for value in values):
+            raise TypeError("set_ on a LazyStackedTensorDict copies a tensor into tensor entries.")
+        if not fits_batch(item.shape, self.batch_size):
+            raise batch_mismatch_error(self.batch_size, item.shape, key)
+        pieces = item.unbind(self._stack_dim)
+        for td, value, piece in zip(self._tds, values, pieces):
+            if torch.broadcast_shapes(value.shape, piece.shape) != value.shape:
+                td.set_(keys, piece)  # raises the member's own error, before any member is written
+        for td, piece in zip(self._tds, pieces):
+            td.set_(keys, piece)
+        return self
+
+    # ------------------------------------------------------------------ members
+    def _check_member(self, td: Any) -> None:
+        if self._is_locked:
+            raise locked_error()
+        if not isinstance(td, TensorDict):
+            raise TypeError(f"Expected new value to be a TensorDict instance but got {type(td)} instead.")
+        if td.batch_size != self._member_batch:
+            raise ValueError(f"Batch sizes in tensordicts differs: stack has batch_size={self._member_batch}, "
+                             f"new_value has batch_size={td.batch_size}.")
+        if td.device != self.device:
+            raise RuntimeError(f"devices differ, got {self.device} and {td.device}")
+
+    def append(self, td: TensorDict) -> None:
+        """Add ``td`` as the last member (same batch size and device as the members)."""
+        self.insert(len(self._tds), td)
+
+    def insert(self, index: int, td: TensorDict) -> None:
+        """Add ``td`` as a member before position ``index`` (as ``list.insert``).
+
+        >>> td = lazy_stack([TensorDict()])
+        >>> td.insert(0, TensorDict())
+        >>> td.batch_size
+        torch.Size([2])
+        """
+        self._check_member(td)
+        self._tds.insert(index, td)
+
+    def extend(self, tds: Sequence[TensorDict]) -> None:
+        """Append every TensorDict of ``tds`` (none is added if one does not fit)."""
+        tds = list(tds)
+        for td in tds:
+            self._check_member(td)
+        self._tds.extend(tds)
+
+    # ------------------------------------------------------------------ conversions
+    def contiguous(self) -> TensorDict:
+        """A dense TensorDict (``torch.stack`` of the members); ragged entries raise.
+
+        >>> lazy_stack([TensorDict(a=0), TensorDict(a=1)]).contiguous()["a"]
+        tensor([0, 1])
+        """
+        for key in self.keys(True, True):
+            values = self._member_values(key)
+            if all(isinstance(value, _Tensor) for value in values) and not _same_shapes(values):
+                raise _ragged_error(key, [value.shape for value in values])
+        return torch.stack(self._tds, self._stack_dim)
+
+    to_tensordict = contiguous
+
+    def clone(self) -> "LazyStackedTensorDict":
+        """A lazy stack of clones of the members.
+
+        >>> a = TensorDict(a=0)
+        >>> lazy_stack([a]).clone()[0] is a
+        False
+        """
+        return self._map_members(lambda td: td.clone())
+
+    def apply(self, fn: Callable) -> "LazyStackedTensorDict":
+        """A lazy stack of ``member.apply(fn)``: ``fn`` on every leaf of every member.
+
+        >>> import torch
+        >>> lazy_stack([TensorDict(a=torch.ones(1))]).apply(lambda x: x * 2)["a"]
+        tensor([[2.]])
+        """
+        return self._map_members(lambda td: td.apply(fn))
+
+    def _map_members(self, fn: Callable[[TensorDict], TensorDict]) -> "LazyStackedTensorDict":
+        return LazyStackedTensorDict(*[fn(td) for td in self._tds], stack_dim=self._stack_dim)
+
+    def to(self, *args: Any, **kwargs: Any) -> "LazyStackedTensorDict":
+        """A lazy stack of ``member.to(...)`` (device and/or dtype)."""
+        return self._map_members(lambda td: td.to(*args, **kwargs))
+
+    # ------------------------------------------------------------------ locking
+    @property
+    def is_locked(self) -> bool:
+        return self._is_locked
+
+    def lock_(self) -> "LazyStackedTensorDict":
+        """Lock the stack (no new members or keys) and every member; returns self."""
+        for td in self._tds:
+            td.lock_()
+        self._is_locked = True
+        return self
+
+    def unlock_(self) -> "LazyStackedTensorDict":
+        """Unlock the stack and every member; returns self."""
+        for td in self._tds:
+            td.unlock_()
+        self._is_locked = False
+        return self
+
+    # ------------------------------------------------------------------ printing
+    def __repr__(self) -> str:
+        fields = {}
+        mixed = set()
+        for key in self.keys():
+            values = self._member_values(key)
+            if all(isinstance(value, _Tensor) for value in values):
+                # The dense repr's layout, with the stacked shape (-1 where ragged) and promoted dtype.
+                dtype = reduce(torch.promote_types, (value.dtype for value in values))
+                fields[key] = (f"Tensor(shape={self.get_item_shape(key)}, device={values[0].device}, "
+                               f"dtype={dtype}, is_shared={_tensor_is_shared(values[0])})")
+            elif all(isinstance(value, TensorDict) for value in values) or all(
+                    type(value) in _NON_TENSOR for value in values):
+                fields[key] = format_leaf(self.get(key))
+            else:
+                mixed.add(key)  # a tensor in one member, a TensorDict in another: shown per member
+        exclusive = {}
+        for position, td in enumerate(self._tds):
+            own = [key for key in td.keys() if key not in fields]
+            if own:
+                exclusive[position] = _block([f"{key}: {format_leaf(td.get(key))}" for key in sorted(own)])
+        lines = [f"fields={_block([f'{key}: {fields[key]}' for key in sorted(fields)])},"]
+        if exclusive:
+            lines.append(f"exclusive_fields={_block([f'{pos}: {text}' for pos, text in exclusive.items()])},")
+        lines += [f"batch_size={self.batch_size},", f"device={self.device},",
+                  f"is_shared={_is_shared(self)},", f"stack_dim={self._stack_dim})"]
+        return f"{type(self).__name__}(\n" + indent("\n".join(lines))
+
+
+def _block(entries: list) -> str:
+    """``{`` entries one a line ``}`` in the dense repr's layout."""
+    if not entries:
+        return "{\n}"
+    return "{\n" + indent(",\n".join(entries)) + "}"
+
+
+def _is_shared(td: LazyStackedTensorDict) -> bool:
+    from .printing import td_is_shared
+
+    return any(td_is_shared(member) for member in td._tds)
+
+
+def _new_keys(td: TensorDict, keys_before: set) -> list:
+    """The outermost keys of ``td`` that are not in ``keys_before`` (deleting them removes every new key)."""
+    new = []
+    for path in sorted((key_to_tuple(key) for key in td.keys(True) if key not in keys_before), key=len):
+        if not any(path[:depth] in new for depth in range(1, len(path))):
+            new.append(path)
+    return [path[0] if len(path) == 1 else path for path in new]
+
+
+def _undo_record(td: TensorDict, keys: tuple) -> tuple:
+    """What undoes ``td.set(keys, ...)``: ``(path, old value)``, or ``(first missing level, _MISSING)``."""
+    for depth in range(1, len(keys) + 1):
+        value = td.get(keys[:depth], _MISSING)
+        if value is _MISSING:
+            return keys[:depth], _MISSING
+    return keys, value
+
+
+def lazy_stack(items: Sequence[TensorDict], dim: int = 0) -> LazyStackedTensorDict:
+    """Stack TensorDicts along a new batch dim ``dim`` without copying them.
+
+    The members must have the same batch size and device; their leaves may
+    have different shapes and they may hold keys the others lack.
+
+    >>> import torch
+    >>> from torchdict import TensorDict
+    >>> tds = [TensorDict(a=torch.zeros(3), batch_size=[3]) for _ in range(2)]
+    >>> td = lazy_stack(tds, dim=-1)
+    >>> td.batch_size, td.stack_dim
+    (torch.Size([3, 2]), 1)
+    """
+    return LazyStackedTensorDict(*items, stack_dim=dim)
+
+
+def maybe_dense_stack(items: Sequence[TensorDict], dim: int = 0) -> Any:
+    """``torch.stack(items, dim)`` (dense) when every member holds the same leaves with the same shapes,
+    else ``lazy_stack(items, dim)``.
+
+    >>> import torch
+    >>> type(maybe_dense_stack([TensorDict(a=torch.zeros(1)), TensorDict(a=torch.zeros(2))])).__name__
+    'LazyStackedTensorDict'
+    """
+    items = list(items)
+    if not items:
+        raise RuntimeError("items cannot be empty")
+
+    def layout(td: Any) -> dict:
+        return {key: (value.shape if isinstance(value, _Tensor) else (type(value), value.batch_size))
+                for key, value in td.items(True, True)} if isinstance(td, TensorDict) else {}
+
+    first = layout(items[0])
+    if all(isinstance(td, TensorDict) for td in items) and all(layout(td) == first for td in items[1:]):
+        return torch.stack(items, dim)
+    return lazy_stack(items, dim)
