@@ -11,7 +11,7 @@ import tempfile
 import torch
 from torch import nn
 
-from torchdict import MemoryMappedTensor, TensorDict, lazy_stack, pad_sequence, tensorclass
+from torchdict import MemoryMappedTensor, TensorDict, TensorDictParams, lazy_stack, pad_sequence, tensorclass
 
 
 def section(title: str) -> None:
@@ -187,6 +187,9 @@ def state_dicts() -> None:
     restored = TensorDict()
     restored.load_state_dict(module.state_dict(), strict=False)  # strict: the key sets must match
     print("loaded from module.state_dict():", sorted(restored.state_dict()))
+    # TensorDictParams: the same leaves as an nn.Module, so optimizers and .to() see them.
+    params = TensorDictParams(TensorDict.from_module(module))
+    print("TensorDictParams parameters:", [name for name, _ in params.named_parameters()])
 
 
 def functional() -> None:

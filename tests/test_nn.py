@@ -154,15 +154,19 @@ def test_from_module_as_module():
 
 
 def test_tensordict_params_converts_plain_tensors_unless_told_not_to():
-    td = TensorDict({"w": torch.randn(3), "steps": torch.zeros((), dtype=torch.long), "sub": {"b": torch.ones(2)}})
+    def make():
+        return TensorDict({"w": torch.randn(3), "steps": torch.zeros((), dtype=torch.long), "sub": {"b": torch.ones(2)}})
+    td = make()
+    storage = td["w"].data_ptr()
     converted = TensorDictParams(td)
-    assert isinstance(converted.w, nn.Parameter) and converted.w.data_ptr() == td["w"].data_ptr()
+    assert isinstance(converted.w, nn.Parameter) and converted.w.data_ptr() == storage
     assert "steps" in dict(converted.named_buffers())  # integer tensors can't be parameters
-    assert isinstance(converted.sub.b, nn.Parameter)
+    assert isinstance(converted["sub", "b"], nn.Parameter)
+    td = make()
     kept = TensorDictParams(td, no_convert=True)
     assert dict(kept.named_parameters()) == {}
     assert kept.w is td["w"]
-    locked = TensorDictParams(td, lock=True)
+    locked = TensorDictParams(make(), lock=True)
     assert locked.is_locked
 
 

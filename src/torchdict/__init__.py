@@ -5,6 +5,7 @@ from ._keys import NestedKey, unravel_key, unravel_key_list
 from .memmap import MemoryMappedTensor
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
+from ._params import TensorDictParams
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from ._torch_function import cat, stack
 from ._padding import pad, pad_sequence
@@ -13,6 +14,7 @@ from . import _pytree  # noqa: F401  (registers TensorDict as a torch.utils._pyt
 
 __all__ = [
     "TensorDict",
+    "TensorDictParams",
     "TensorClass",
     "tensorclass",
     "is_tensorclass",

@@ -42,6 +42,7 @@ from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-def
 from ._base import TensorCollection
 from ._context import set_exit_action
 from ._errors import MessageKeyError
+from ._params import TensorDictParams
 from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
 
 __all__ = ["ModuleMixin", "TensorDictParams"]
@@ -66,6 +67,10 @@ def _unwrap(collection: Any) -> Any:
 
 def _walk_module(module: nn.Module, new: Callable, filter_empty: bool) -> Any:
     """A TensorDict of the module's own parameters, buffers and (recursively) submodules."""
+    if isinstance(module, TensorDictParams):
+        # Its leaves are registered under dotted names; give back its TensorDict's nesting (same leaves).
+        tree = module._leaves_tree()
+        return None if filter_empty and tree.is_empty() else tree
     state = module.__dict__
     storage = state["_parameters"].copy()  # a C-level copy; None entries are rare
     for param in storage.values():
@@ -416,89 +421,6 @@ def to_module(td: Any, module: nn.Module, *, inplace: Optional[bool] = False, re
     if inplace:
         return _copy_into(td, module, return_swap, swap_dest, non_blocking)
     return _swap_into(td, module, return_swap, swap_dest)
-
-
-# ------------------------------------------------------------------------------- TensorDictParams
-
-
-class TensorDictParams(nn.Module):
-    """An ``nn.Module`` whose parameters and buffers are the leaves of a TensorDict.
-
-    Nested TensorDicts become child ``TensorDictParams``, so ``named_parameters()``
-    and ``state_dict()`` use the TensorDict's nested keys joined by dots. A
-    ``Parameter`` leaf is registered as a parameter; other tensors become
-    parameters too (``nn.Parameter(leaf)``, sharing its storage) unless
-    ``no_convert=True``, which registers them as buffers. Non-tensor leaves are
-    not kept.
-
-    The module is the source of truth: indexing it and every TensorDict
-    method that ``nn.Module`` does not define (``to_module``, ``keys``,
-    ``batch_size``, ``data``, ...) act on a TensorDict built from its current
-    registrations (locked if ``lock=True``). Methods that ``nn.Module`` defines
-    (``to``, ``apply``, ``state_dict``, ``parameters``, ...) keep their module
-    meaning.
-
-    >>> import torch
-    >>> from torch import nn
-    >>> from torchdict import TensorDict
-    >>> params = TensorDict.from_module(nn.Linear(2, 3), as_module=True)
-    >>> sorted(name for name, _ in params.named_parameters())
-    ['bias', 'weight']
-    >>> params["weight"].shape
-    torch.Size([3, 2])
-    """
-
-    def __init__(self, parameters: Any, *, no_convert: bool = False, lock: bool = False) -> None:
-        super().__init__()
-        td = _unwrap(parameters)
-        self._td_class = type(td)
-        self._td_batch_size = td._batch_size
-        self._td_device = td._device
-        self._td_lock = lock
-        # Written into the registration dicts directly: ``register_*`` refuses names that are
-        # attributes already, and through __getattr__ every TensorDict method name is one.
-        for key, leaf in td._tensordict.items():
-            if not key or "." in key:
-                raise MessageKeyError(f"TensorDictParams: {key!r} cannot name a parameter (empty, or contains '.').")
-            if isinstance(leaf, _Parameter):
-                self._parameters[key] = leaf
-            elif isinstance(leaf, _Tensor):
-                if no_convert or not (leaf.is_floating_point() or leaf.is_complex()):
-                    self._buffers[key] = leaf
-                else:
-                    self._parameters[key] = _Parameter(leaf, requires_grad=leaf.requires_grad)
-            elif isinstance(leaf, TensorCollection):
-                self._modules[key] = TensorDictParams(leaf, no_convert=no_convert, lock=lock)
-
-    def _as_tensordict(self) -> Any:
-        storage: dict = {}
-        for name, param in self._parameters.items():
-            if param is not None:
-                storage[name] = param
-        for name, buffer in self._buffers.items():
-            if buffer is not None:
-                storage[name] = buffer
-        for name, child in self._modules.items():
-            if isinstance(child, TensorDictParams):
-                storage[name] = child._as_tensordict()
-        td = self._td_class._new_unsafe(storage, self._td_batch_size, self._td_device)
-        if self._td_lock:
-            td._lock_tree()
-        return td
-
-    def __getitem__(self, key: Any) -> Any:
-        return self._as_tensordict()[key]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name.startswith("_"):
-                raise
-        return getattr(self._as_tensordict(), name)
-
-    def extra_repr(self) -> str:
-        return f"batch_size={self._td_batch_size}"
 
 
 # ------------------------------------------------------------------------------------------- mixin
