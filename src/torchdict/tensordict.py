@@ -188,7 +188,7 @@ class TensorDict(
             else:
                 self._set_path(key_to_tuple(key), value, non_blocking=non_blocking)
                 wrote_paths = True
-        if n_batch and min(batch_size) < 0:
+        if n_batch and (batch_size[0] < 0 if n_batch == 1 else min(batch_size) < 0):
             raise RuntimeError(f"batch_size must hold non-negative sizes, got {batch_size}.")
         if names is not None:
             self.names = names
