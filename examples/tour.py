@@ -77,6 +77,10 @@ def specialised_dictionary() -> None:
                          for phase in ("warmup", "train")])
     print("stacked non-tensor:", steps["phase"], "->", steps[1]["phase"])
     print("as plain Python:", steps[:, 0].tolist(convert_tensors=True), "|", steps.param_count(), "elements")
+    # Other containers in and out: namedtuples, dataclasses (from_any dispatches on the type).
+    as_tuple = steps[0].to_namedtuple()
+    print("to_namedtuple:", type(as_tuple).__name__, as_tuple._fields, "->",
+          TensorDict.from_any(as_tuple, batch_size=[2]).batch_size)
     # update merges sub-TensorDicts; update_batch_size=True takes the source's batch size at every
     # level, provided the source replaces every leaf (otherwise it is refused before any write).
     episode = TensorDict({"obs": torch.zeros(4, 3), "info": {"step": torch.zeros(4)}}, batch_size=[4])

@@ -1,13 +1,19 @@
-"""The other ways to build a TensorDict: ``fromkeys``, ``from_dict`` and ``auto_batch_size_``."""
+"""The other ways to build a TensorDict: ``fromkeys``, ``from_dict``, ``from_namedtuple``,
+``from_dataclass``, ``from_any``, and the in-place inference ``auto_batch_size_`` / ``auto_device_``."""
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
+from ._apply import unwrap
+from ._base import TensorCollection
 from ._convert import to_leaf
 from ._keys import key_to_tuple
+from .nontensor import NonTensorData, NonTensorStack
 
 if TYPE_CHECKING:
     from .tensordict import TensorDict
@@ -53,6 +59,94 @@ class ConstructorsMixin:
             td.names = names
         return td
 
+    @classmethod
+    def from_namedtuple(cls, named_tuple: Any, *, auto_batch_size: bool = False, batch_dims: Optional[int] = None,
+                        device: Any = None, batch_size: Any = None) -> "TensorDict":
+        """A TensorDict with one entry per field of a namedtuple; nested namedtuples, dataclasses,
+        mappings and plain tuples (keys ``"0"``, ``"1"``, ...) become nested TensorDicts.
+
+        Tensors are stored as they are (no copy) unless ``device`` moves them. The batch size is
+        ``batch_size``, or with ``auto_batch_size=True`` inferred as by ``auto_batch_size_``
+        (``batch_dims`` caps it, and is ignored, with a warning, without ``auto_batch_size``).
+
+        >>> from collections import namedtuple
+        >>> Point = namedtuple("Point", ["x", "y"])
+        >>> TensorDict.from_namedtuple(Point(torch.zeros(3), torch.ones(3, 2)), auto_batch_size=True).batch_size
+        torch.Size([3])
+        """
+        if not _is_namedtuple(named_tuple):
+            raise TypeError(f"from_namedtuple expects a namedtuple, got {type(named_tuple).__name__}.")
+        source = {name: _to_source(value) for name, value in zip(named_tuple._fields, named_tuple)}
+        return _build(cls, "from_namedtuple", source, auto_batch_size, batch_dims, device, batch_size)
+
+    @classmethod
+    def from_dataclass(cls, dataclass: Any, *, dest_cls: Any = None, auto_batch_size: bool = False,
+                       batch_dims: Optional[int] = None, device: Any = None,
+                       batch_size: Any = None) -> "TensorDict":
+        """A TensorDict with one entry per field of a dataclass instance (nested dataclasses,
+        namedtuples, mappings and tuples become nested TensorDicts; tensorclass and TensorDict
+        values are kept as they are). Batch size and device as in ``from_namedtuple``.
+
+        A dataclass *type* whose fields all have defaults gives a TensorDict of the defaults; any
+        other type raises ``TypeError``. ``dest_cls`` is accepted for upstream's signature and, as
+        upstream without ``as_tensorclass`` (not supported here), changes nothing.
+
+        >>> import dataclasses
+        >>> @dataclasses.dataclass
+        ... class Obs:
+        ...     pixels: torch.Tensor
+        ...     label: str = "cat"
+        >>> td = TensorDict.from_dataclass(Obs(torch.zeros(2, 4)), auto_batch_size=True)
+        >>> td.batch_size, td["label"]
+        (torch.Size([2, 4]), 'cat')
+        """
+        del dest_cls  # only meaningful with upstream's as_tensorclass=True
+        return _build(cls, "from_dataclass", _dataclass_source(dataclass), auto_batch_size, batch_dims, device,
+                      batch_size)
+
+    @classmethod
+    def from_any(cls, obj: Any, *, auto_batch_size: bool = False, batch_dims: Optional[int] = None,
+                 device: Any = None, batch_size: Any = None) -> Any:
+        """A TensorDict from a mapping, namedtuple, dataclass, tuple (keys ``"0"``, ``"1"``, ...) or
+        numpy structured array (batch size: the array's shape unless ``batch_size`` or
+        ``auto_batch_size`` says otherwise; numeric fields share the array's memory where their
+        layout allows, others are copied). A TensorDict or tensorclass is returned as it is (the
+        options are not applied, as upstream). Anything else raises ``TypeError``.
+
+        >>> TensorDict.from_any((torch.zeros(2), {"b": torch.ones(2)}), auto_batch_size=True)["1", "b"]
+        tensor([1., 1.])
+        """
+        if isinstance(obj, TensorCollection):
+            return obj
+        if _is_struct_array(obj):
+            if batch_size is None and not auto_batch_size:
+                batch_size = obj.shape
+            return _build(cls, "from_any", _struct_source(obj), auto_batch_size, batch_dims, device, batch_size)
+        if _is_namedtuple(obj):
+            return cls.from_namedtuple(obj, auto_batch_size=auto_batch_size, batch_dims=batch_dims, device=device,
+                                       batch_size=batch_size)
+        if dataclasses.is_dataclass(obj):
+            return cls.from_dataclass(obj, auto_batch_size=auto_batch_size, batch_dims=batch_dims, device=device,
+                                      batch_size=batch_size)
+        if isinstance(obj, (Mapping, tuple)):
+            return _build(cls, "from_any", _to_source(obj), auto_batch_size, batch_dims, device, batch_size)
+        raise TypeError(f"from_any cannot build a TensorDict from a {type(obj).__name__}: expected a mapping, "
+                        "namedtuple, dataclass, tuple, numpy structured array, TensorDict or tensorclass.")
+
+    def auto_device_(self) -> "TensorDict":
+        """Set the device of this TensorDict and of every nested one to the device all tensor
+        leaves share, or to ``None`` when they are on several devices (or there are none);
+        no data moves. Returns self.
+
+        >>> td = TensorDict(a=torch.zeros(2), n={"b": torch.zeros(2)})
+        >>> td.auto_device_().device, td["n"].device
+        (device(type='cpu'), device(type='cpu'))
+        """
+        devices: set = set()
+        _collect_devices(self, devices)
+        _set_device_tree(self, devices.pop() if len(devices) == 1 else None)
+        return self
+
     def auto_batch_size_(self, batch_dims: Optional[int] = None) -> "TensorDict":
         """Set the batch size to the leading dims common to every leaf (at most ``batch_dims``),
         and each sub-TensorDict's to those common to its own leaves, as upstream; returns self.
@@ -78,3 +172,107 @@ def _auto_batch_size(td: Any, batch_dims: Optional[int]) -> None:
                 break
             common.append(dims[0])
     td.batch_size = torch.Size(common)
+
+
+def _is_namedtuple(obj: Any) -> bool:
+    return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
+
+
+def _is_struct_array(obj: Any) -> bool:
+    # Tested without importing numpy: it is not a dependency.
+    return type(obj).__module__ == "numpy" and getattr(getattr(obj, "dtype", None), "names", None) is not None
+
+
+def _to_source(value: Any) -> Any:
+    """``value`` with the containers upstream turns into nested TensorDicts made plain dicts
+    (namedtuples, dataclass instances, mappings, tuples with keys ``"0"``, ``"1"``, ...); the
+    rest (tensors, lists, scalars, TensorDicts, tensorclasses) is left for the constructor."""
+    if isinstance(value, TensorCollection):
+        return value
+    if _is_namedtuple(value):
+        return {name: _to_source(item) for name, item in zip(value._fields, value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _dataclass_source(value)
+    if isinstance(value, Mapping):
+        return {key: _to_source(item) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return {str(index): _to_source(item) for index, item in enumerate(value)}
+    return value
+
+
+def _dataclass_source(obj: Any) -> dict:
+    if isinstance(obj, TensorCollection):
+        # A tensorclass is a dataclass too: its fields are the entries of its TensorDict.
+        return dict(unwrap(obj)._tensordict)
+    if not dataclasses.is_dataclass(obj):
+        raise TypeError(f"from_dataclass expects a dataclass, got {type(obj).__name__}.")
+    if isinstance(obj, type):
+        return _dataclass_defaults(obj)
+    return {field.name: _to_source(getattr(obj, field.name)) for field in dataclasses.fields(obj)}
+
+
+def _dataclass_defaults(cls: type) -> dict:
+    defaults = {}
+    for field in dataclasses.fields(cls):
+        if field.default is not dataclasses.MISSING:
+            defaults[field.name] = _to_source(field.default)
+        elif field.default_factory is not dataclasses.MISSING:
+            defaults[field.name] = _to_source(field.default_factory())
+        else:
+            raise TypeError(f"from_dataclass got the dataclass type {cls.__name__}, whose field {field.name!r} has "
+                            "no default: pass an instance.")
+    return defaults
+
+
+def _struct_source(array: Any) -> dict:
+    source = {}
+    for name in array.dtype.names:
+        field = array[name]
+        if field.dtype.names is not None:
+            source[name] = _struct_source(field)
+        elif field.dtype.kind in "biufc":
+            source[name] = _numeric_field(field)
+        else:
+            source[name] = field  # strings, objects: stored as NonTensorData holding the array
+    return source
+
+
+def _numeric_field(field: Any) -> torch.Tensor:
+    try:
+        return torch.from_numpy(field)  # shares the array's memory
+    except (ValueError, TypeError, RuntimeError):
+        # A field whose record stride is not a multiple of its item size (or in a non-native
+        # byte order) cannot be viewed by torch: copy it, contiguous and native.
+        return torch.from_numpy(field.astype(field.dtype.newbyteorder("="), copy=True))
+
+
+def _build(cls: type, name: str, source: dict, auto_batch_size: bool, batch_dims: Optional[int], device: Any,
+           batch_size: Any) -> Any:
+    """``from_dict`` with the batch options of from_namedtuple / from_dataclass / from_any."""
+    if batch_size is not None and auto_batch_size:
+        raise TypeError(f"{name}: batch_size and auto_batch_size cannot both be given.")
+    if batch_dims is not None and not auto_batch_size:
+        # As upstream 0.15: batch_dims alone does not infer (from_dict differs); say so.
+        warnings.warn(f"{name} ignores batch_dims={batch_dims} without auto_batch_size=True.", UserWarning,
+                      stacklevel=3)
+        batch_dims = None
+    return cls.from_dict(source, auto_batch_size=auto_batch_size, batch_dims=batch_dims, device=device,
+                         batch_size=batch_size)
+
+
+def _collect_devices(td: Any, devices: set) -> None:
+    for value in td._tensordict.values():
+        if isinstance(value, torch.Tensor):
+            devices.add(value.device)
+        elif isinstance(value, TensorCollection):
+            _collect_devices(unwrap(value), devices)
+
+
+def _set_device_tree(td: Any, device: Optional[torch.device]) -> None:
+    td._device = device
+    storage = td._tensordict
+    for key, value in storage.items():
+        if isinstance(value, TensorCollection):
+            _set_device_tree(unwrap(value), device)
+        elif isinstance(value, (NonTensorData, NonTensorStack)) and value.device != device:
+            storage[key] = value._to_device(device)  # the wrappers are immutable: replace (same key, no resize)

@@ -1,12 +1,13 @@
 """Conversions out of a TensorDict and size introspection (``ConversionsMixin``).
 
-``to_tensordict`` (a plain TensorDict deep copy), ``tolist`` (one dict per batch element),
+``to_tensordict`` (a plain TensorDict deep copy), ``to_namedtuple``, ``tolist`` (one dict per batch element),
 ``numpy`` (nested dicts of arrays), ``filter_non_tensor_data``, ``param_count``, ``bytes``
 and ``data_ptr``, with upstream tensordict's signatures.
 """
 from __future__ import annotations
 
-from typing import Any, List, Union
+from collections import namedtuple
+from typing import Any, List, Optional, Union
 
 import torch
 
@@ -71,6 +72,37 @@ class ConversionsMixin:
             else:
                 storage[key] = value.clone()
         return TensorDict._new_unsafe(storage, self._batch_size, self._device, self._names)
+
+    def to_namedtuple(self, dest_cls: Optional[Any] = None) -> Any:
+        """The entries as a namedtuple of class ``GenericDict`` (a new class per level, fields in key
+        order): tensors as they are (not copied), nested TensorDicts and tensorclasses as nested
+        ``GenericDict``, non-tensor entries as their values. A key that is not a valid field name
+        raises ``ValueError``.
+
+        ``dest_cls`` is called with the entries as keyword arguments instead. A namedtuple class
+        is used for this level only (its nested levels are ``GenericDict``); any other callable
+        (``dict``, ``types.SimpleNamespace``, ...) for every level.
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict(a=torch.zeros(2), n={"s": "text"}).to_namedtuple()
+        GenericDict(a=tensor([0., 0.]), n=GenericDict(s='text'))
+        >>> TensorDict(a=torch.zeros(2), n={"s": "text"}).to_namedtuple(dest_cls=dict)
+        {'a': tensor([0., 0.]), 'n': {'s': 'text'}}
+        """
+        # A namedtuple class has fixed fields, so it cannot describe the nested levels.
+        nested_cls = None if hasattr(dest_cls, "_fields") else dest_cls
+        values: dict = {}
+        for key, value in self._tensordict.items():
+            if isinstance(value, _Tensor):
+                values[key] = value
+            elif isinstance(value, TensorCollection):
+                values[key] = unwrap(value).to_namedtuple(nested_cls)
+            else:
+                values[key] = value.data
+        if dest_cls is None:
+            dest_cls = namedtuple("GenericDict", list(values))
+        return dest_cls(**values)
 
     def tolist(self, *, convert_nodes: bool = True, convert_tensors: Union[bool, str] = False,
                tolist_first: bool = False, as_linked_list: bool = False) -> Any:
