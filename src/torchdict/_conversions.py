@@ -11,23 +11,12 @@ from typing import Any, List, Optional, Union
 
 import torch
 
-from ._apply import unwrap
+from ._apply import tensor_leaves, unwrap
 from ._base import TensorCollection
 from .nontensor import NonTensorData, NonTensorStack
 
 _Tensor = torch.Tensor
 _NON_TENSOR = (NonTensorData, NonTensorStack)
-
-
-def _tensor_leaves(td: Any) -> List[torch.Tensor]:
-    """Every tensor leaf, depth first (tensorclass content included)."""
-    leaves: list = []
-    for value in td._tensordict.values():
-        if isinstance(value, _Tensor):
-            leaves.append(value)
-        elif isinstance(value, TensorCollection):
-            leaves.extend(_tensor_leaves(unwrap(value)))
-    return leaves
 
 
 def _distinct(leaves: List[torch.Tensor], count_duplicates: bool) -> List[torch.Tensor]:
@@ -36,12 +25,6 @@ def _distinct(leaves: List[torch.Tensor], count_duplicates: bool) -> List[torch.
     if count_duplicates:
         return leaves
     return list({id(leaf): leaf for leaf in leaves}.values())
-
-
-def _element(value: Any, convert_tensors: Union[bool, str]) -> Any:
-    if convert_tensors == "numpy":
-        return value.numpy(force=True)
-    return value.tolist() if convert_tensors else value
 
 
 class ConversionsMixin:
@@ -122,7 +105,7 @@ class ConversionsMixin:
         def entry(element: Any) -> Any:
             if not convert_nodes:
                 return element
-            return _to_nested_dict(element, convert_tensors)
+            return element.to_dict(convert_tensors=convert_tensors)
 
         def walk(td: Any, depth: int) -> Any:
             if depth == 0:
@@ -139,7 +122,7 @@ class ConversionsMixin:
         >>> TensorDict(a=torch.ones(2)).numpy()["a"].tolist()
         [1.0, 1.0]
         """
-        return _to_nested_dict(self, "numpy")
+        return self.to_dict(convert_tensors="numpy")
 
     def filter_non_tensor_data(self) -> Any:
         """A TensorDict without the non-tensor entries, at every level (the leaves are shared).
@@ -168,7 +151,7 @@ class ConversionsMixin:
         >>> TensorDict(a=torch.zeros(3), b={"c": torch.zeros(3, 2)}).param_count()
         9
         """
-        return sum(leaf.numel() for leaf in _distinct(_tensor_leaves(self), count_duplicates))
+        return sum(leaf.numel() for leaf in _distinct(tensor_leaves(self), count_duplicates))
 
     def bytes(self, *, count_duplicates: bool = True) -> int:
         """How many bytes the tensor leaves' elements take (an expanded leaf counts its full
@@ -180,7 +163,7 @@ class ConversionsMixin:
         36
         """
         return sum(leaf.numel() * leaf.element_size()
-                   for leaf in _distinct(_tensor_leaves(self), count_duplicates))
+                   for leaf in _distinct(tensor_leaves(self), count_duplicates))
 
     def data_ptr(self, *, storage: bool = False) -> Any:
         """A TensorDict (no batch) of each tensor leaf's ``data_ptr()`` (with ``storage=True``:
@@ -195,15 +178,3 @@ class ConversionsMixin:
             elif isinstance(value, TensorCollection):
                 result[key] = unwrap(value).data_ptr(storage=storage)
         return TensorDict._new_unsafe(result, torch.Size(()), None)
-
-
-def _to_nested_dict(td: Any, convert_tensors: Union[bool, str]) -> dict:
-    result: dict = {}
-    for key, value in unwrap(td)._tensordict.items():
-        if isinstance(value, _Tensor):
-            result[key] = _element(value, convert_tensors)
-        elif isinstance(value, TensorCollection):
-            result[key] = _to_nested_dict(value, convert_tensors)
-        else:
-            result[key] = value.data
-    return result

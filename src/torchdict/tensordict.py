@@ -741,9 +741,10 @@ class TensorDict(
         """Keys split on ``separator`` into nested TensorDicts."""
         return _keyops.unflatten_keys(self, separator, inplace)
 
-    def to_dict(self, *, retain_none: bool = True, convert_tensors: bool = False,
+    def to_dict(self, *, retain_none: bool = True, convert_tensors: Any = False,
                 tolist_first: bool = False) -> dict:
-        """A nested plain ``dict`` (non-tensor entries as their raw values)."""
+        """A nested plain ``dict`` (non-tensor entries as their raw values); ``convert_tensors=True``
+        turns the tensors into nested lists, ``"numpy"`` into arrays."""
         result = {}
         for key, leaf in self._tensordict.items():
             if isinstance(leaf, TensorCollection):
@@ -753,7 +754,8 @@ class TensorDict(
                     continue
                 result[key] = leaf.data
             else:
-                result[key] = leaf.tolist() if convert_tensors else leaf
+                result[key] = (leaf.numpy(force=True) if convert_tensors == "numpy"
+                               else leaf.tolist() if convert_tensors else leaf)
         return result
 
     def __repr__(self) -> str:
