@@ -411,8 +411,49 @@ def test_a_leaf_with_its_alias_is_freed_with_its_tensordict(tmp_path):
     gc.collect()
     assert all(ref() is None for ref in refs)
     root = memmap_module._adopt(torch.zeros(3, 2), None)  # a MemoryMappedTensor that is no view
-    assert root._base is None and memmap_module.plain_alias(root) is False  # an alias would hold it
+    alias = memmap_module.plain_alias(root)
+    assert root._base is None and alias._base is None  # set on the storage: it does not hold the root
+    assert alias.data_ptr() == root.data_ptr() and alias.stride() == root.stride()
     ref = weakref.ref(root)
-    del root
+    del root, alias
     gc.collect()
     assert ref() is None
+
+
+def test_a_root_leaf_that_requires_grad_is_indexed_with_its_history():
+    floats = memmap_module._adopt(torch.arange(6.0).view(3, 2).clone(), None).requires_grad_()
+    assert memmap_module.plain_alias(floats) is False  # a storage alias would drop the history
+    from torchdict import TensorDict
+
+    row = TensorDict({"x": floats}, batch_size=[3])[1]["x"]
+    assert row.requires_grad and row.grad_fn is not None and type(row) is MemoryMappedTensor
+    row.sum().backward()
+    assert torch.equal(floats.grad, torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]))
+
+
+def test_td_index_of_a_root_leaf_reads_and_writes_the_file(tmp_path):
+    from torchdict import TensorDict
+
+    td = _loaded(tmp_path)
+    root = td["b"]
+    assert root._base is None
+    assert [int(td[i]["b"]) for i in range(4)] == root.tolist()
+    row = td[3]["b"]
+    assert type(row) is MemoryMappedTensor and row.filename == root.filename
+    assert pickle.loads(pickle.dumps(row)).filename == root.filename
+    row.fill_(42)  # through the storage alias: the write reaches the leaf, and so the file
+    assert int(root[3]) == 42
+    assert int(TensorDict.load_memmap(tmp_path)["b"][3]) == 42
+    root.set_(torch.arange(10, 14))  # a new storage drops the alias
+    assert int(td[1]["b"]) == 11
+
+
+def test_an_item_of_a_root_leaf_outlives_its_tensordict(tmp_path):
+    import gc
+
+    td = _loaded(tmp_path)
+    filename = td["b"].filename
+    row = td[2]["b"]
+    del td
+    gc.collect()
+    assert row.filename == filename and int(row) == 2

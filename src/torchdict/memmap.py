@@ -65,8 +65,8 @@ class _FileOfBase:
     """``MemoryMappedTensor._mapped_file`` of a tensor that doesn't carry one: its base's.
 
     The file is recorded once, on the root tensor of a mapping (the one ``torch.from_file``
-    made, or a fresh tensor set on a shared storage); every view of it, and every view of
-    those, has that root as ``_base`` (torch keeps a tensor subclass's Python object alive
+    made, a fresh tensor set on a shared storage, or the plain alias ``td[i]`` indexes, see
+    ``plain_alias``); every view of it, and every view of those, has that root as ``_base`` (torch keeps a tensor subclass's Python object alive
     while views use it). So making a view, the hot path of reading a dataset item by item,
     only relabels its class and stores nothing. An anonymous (shared memory) tensor has
     no file anywhere: None. A non-data descriptor: a value in the instance dict wins.
@@ -349,12 +349,25 @@ PLAIN_ALIAS = "_plain_alias"
 
 
 def plain_alias(mmt: torch.Tensor) -> Any:
-    """The plain-Tensor view of ``mmt`` that ``td[i]`` indexes (cached), or False for a root
-    tensor: an alias of a root would hold its ``_base``, so the root's Python object would hold
-    itself through its ``__dict__`` (a cycle the garbage collector can't see through torch)."""
+    """The plain tensor over ``mmt``'s memory that ``td[i]`` indexes (cached), or False when
+    there is none (a root tensor that requires grad).
+
+    A view of a view hangs on the root, not on ``mmt``, so ``mmt`` gets a plain view. A root
+    can't: the view would hold it, and so its Python object would hold itself through its
+    ``__dict__`` (a cycle the garbage collector can't see through torch). It gets a tensor
+    set on its storage instead, which shares the memory but not the tensor, and so carries no
+    autograd history (hence none for a root that requires grad)."""
     alias = mmt.__dict__.get(PLAIN_ALIAS)
     if alias is None:
-        alias = False if mmt._base is None else torch.Tensor.as_subclass(mmt, torch.Tensor)
+        if mmt._base is not None:
+            alias = torch.Tensor.as_subclass(mmt, torch.Tensor)
+        elif mmt.requires_grad:
+            alias = False
+        else:
+            alias = torch.empty((0,), dtype=mmt.dtype, device=mmt.device).set_(
+                mmt.untyped_storage(), mmt.storage_offset(), mmt.size(), mmt.stride())
+            # Views of the alias have it as _base, where _FileOfBase looks for the file.
+            alias._mapped_file = mmt._mapped_file
         mmt.__dict__[PLAIN_ALIAS] = alias
     return alias
 
