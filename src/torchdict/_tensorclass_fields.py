@@ -366,18 +366,25 @@ def make_init(cls: type, specs: list) -> Callable:
     fast = all(spec.plain_tensor_ok for spec in specs)
     if fast and names and not any(spec.has_default for spec in specs):
         # The commonest call, ``Cls(*tensors, batch_size=[n])``, first and with the fewest
-        # steps: one batch dim given as a list, no device, no names, plain tensors whose C
-        # length (first size; 0 for a 0-d tensor, hence n > 0) is n. Anything else falls
-        # through to the general code below, which converts, validates and raises.
+        # steps: one batch dim given as a list, no device, no names, tensors whose C length
+        # (first size; 0 for a 0-d tensor, hence n > 0) is n. That length doubles as the type
+        # test: TensorBase.__len__ raises TypeError for anything but a tensor. A tensor of any
+        # class is stored as given, as the general code does. Anything else falls through to
+        # the general code below, which converts, validates and raises.
         lengths = " and ".join(f"_tc_len({name}) == _tc_b0" for name in names)
         lines += ["    if type(batch_size) is list and len(batch_size) == 1 and device is None and names is None:",
                   "        _tc_b0 = batch_size[0]",
-                  f"        if type(_tc_b0) is int and _tc_b0 > 0 and {plain} and {lengths}:",
-                  f"            _tc_st = {this}.__dict__",
-                  *[f"            _tc_st[{name!r}] = {name}" for name in names],
-                  f"            _tc_set_td({this}, ((_tc_b0,), None))",
-                  *_init_epilogue(cls, this, indent="            "),
-                  "            return"]
+                  "        if type(_tc_b0) is int and _tc_b0 > 0:",
+                  "            try:",
+                  f"                _tc_fits = {lengths}",
+                  "            except TypeError:",
+                  "                _tc_fits = False",
+                  "            if _tc_fits:",
+                  f"                _tc_st = {this}.__dict__",
+                  *[f"                _tc_st[{name!r}] = {name}" for name in names],
+                  f"                _tc_set_td({this}, ((_tc_b0,), None))",
+                  *_init_epilogue(cls, this, indent="                "),
+                  "                return"]
     lines += ["    if batch_size is None:",
              "        _tc_bs = _tc_EMPTY",
              "    elif type(batch_size) is _tc_Size:",
