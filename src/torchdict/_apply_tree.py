@@ -79,14 +79,15 @@ def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves:
         return True
     if not types <= allowed:
         return False
-    cls = (types - _ONLY_TENSOR).pop()
-    n_subs = value_types.count(cls)
-    n_tensors = len(value_types) - n_subs
-    if value_types[n_tensors:].count(cls) == n_subs:
+    # Counted by identity (list.count's first test): the sub-TensorDicts are the few.
+    n_tensors = value_types.count(_Tensor)
+    n_subs = len(value_types) - n_tensors
+    if value_types[n_tensors:].count(_Tensor) == 0:
         # The usual layout, tensors then sub-TensorDicts: split by position (the few
         # sub-TensorDicts read from the end; the storage's first keys are the tensors').
         keys: Any = storage
-        leaves.extend(islice(values, n_tensors))
+        leaves.extend(values)
+        del leaves[-n_subs:]
         subs = list(islice(reversed(storage.items()), n_subs))[::-1]
         ordered = True
     else:
