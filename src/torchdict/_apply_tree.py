@@ -32,11 +32,12 @@ _is = operator.is_
 class _Level:
     """One TensorDict of the tree: its tensor keys, its sub-TensorDicts, where its leaves start."""
 
-    __slots__ = ("td", "keys", "count", "subs", "ordered", "path")
+    __slots__ = ("td", "keys", "start", "count", "subs", "ordered", "path")
 
-    def __init__(self, td: Any, keys: Any, count: int, subs: list, ordered: bool, path: tuple) -> None:
+    def __init__(self, td: Any, keys: Any, start: int, count: int, subs: list, ordered: bool, path: tuple) -> None:
         self.td = td
         self.keys = keys  # the tensors' keys first (the storage itself when they come first)
+        self.start = start  # where its tensors start in the list of all leaves
         self.count = count  # how many tensors
         self.subs = subs  # [(key, sub-TensorDict)], in storage order
         self.ordered = ordered  # the tensors come before the sub-TensorDicts in the storage
@@ -61,7 +62,7 @@ def plain_tree_storage(run: Any, td: Any, batch_size: torch.Size) -> Optional[di
             fits = False
     else:
         fits = set(map(type, results)) == _ONLY_TENSOR
-    return _rebuild(run, iter(levels), iter(results), batch_size, fits)
+    return _rebuild(run, iter(levels), results, batch_size, fits)
 
 
 def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves: list, levels: list) -> bool:
@@ -73,9 +74,10 @@ def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves:
     values = storage.values()
     value_types = list(map(type, values))
     types = set(value_types)
+    start = len(leaves)
     if types == _ONLY_TENSOR or not types:
         leaves.extend(values)
-        levels.append(_Level(td, storage, len(storage), [], True, path))
+        levels.append(_Level(td, storage, start, len(storage), [], True, path))
         return True
     if not types <= allowed:
         return False
@@ -99,27 +101,29 @@ def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves:
     for _, sub in subs:
         if sub._batch_size != batch_size:
             return False  # a longer batch: the per-level path handles it
-    levels.append(_Level(td, keys, n_tensors, subs, ordered, path))
+    levels.append(_Level(td, keys, start, n_tensors, subs, ordered, path))
     for key, sub in subs:
         if not _collect(sub, allowed, batch_size, path + (key,), leaves, levels):
             return False
     return True
 
 
-def _rebuild(run: Any, levels: Any, results: Any, batch_size: torch.Size, fits: bool) -> dict:
+def _rebuild(run: Any, levels: Any, results: list, batch_size: torch.Size, fits: bool) -> dict:
     """The storage of the next level (and, recursively, of its sub-TensorDicts)."""
     level = next(levels)
     keys = level.keys
-    count = level.count
+    start = level.start
+    # A list slice (one copy in C) rather than islice over a shared iterator (a call per item).
+    own = results[start:start + level.count]
     if fits:
         # zip stops with the level's results: when keys is the storage, its later keys
         # (the sub-TensorDicts') are left out.
-        out = dict(zip(keys, islice(results, count)))
+        out = dict(zip(keys, own))
     else:
         out = {}
         n_batch = len(batch_size)
         path = level.path
-        for key, value in zip(keys, islice(results, count)):
+        for key, value in zip(keys, own):
             if value is None:
                 run.dropped = True
             else:
