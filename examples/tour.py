@@ -128,6 +128,9 @@ def tensor_like() -> None:
     lazy = lazy_stack([TensorDict(reward=torch.ones(length)) for length in (3, 5)])
     print("lazy_stack:", lazy.batch_size, "rewards:", [r.shape[0] for r in lazy.get("reward", as_list=True)],
           "padded:", lazy.get("reward", as_padded_tensor=True).shape)
+    # Member-wise ops keep it lazy: arithmetic, select, update act on each TensorDict in the stack.
+    scaled = (lazy * 2).select("reward")
+    print("lazy * 2:", type(scaled).__name__, [r.sum().item() for r in scaled.get("reward", as_list=True)])
     # The guide prints the shapes of these results.
     print(data.view(-1).shape)
     print(data.reshape(-1).shape)

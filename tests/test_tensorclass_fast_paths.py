@@ -165,3 +165,23 @@ def test_an_entry_beyond_the_fields_is_indexed_too():
         result = data[index]
         assert torch.equal(result._tensordict["extra"], extra[index])
         assert torch.equal(result.image, images[index]) and result.batch_size == label[index].shape
+
+
+def test_construction_with_one_batch_dim_stores_like_the_general_path():
+    # Cls(*values, batch_size=[n]) has a fast path; whatever it takes must come out as the
+    # general path (batch_size given as a torch.Size) makes it, and what it refuses too.
+    param = torch.nn.Parameter(torch.zeros(4, 2))
+    fast = MyData(param, torch.zeros(4), torch.zeros(4), batch_size=[4])
+    general = MyData(param, torch.zeros(4), torch.zeros(4), batch_size=torch.Size([4]))
+    assert fast.image is param and general.image is param
+    values = ([1.0, 2.0, 3.0, 4.0], TensorDict(a=torch.ones(4, 3), batch_size=[4]), "text")
+    fast = MyData(*values, batch_size=[4])
+    general = MyData(*values, batch_size=torch.Size([4]))
+    assert type(fast.image) is type(general.image) is torch.Tensor and torch.equal(fast.image, general.image)
+    assert torch.equal(fast.mask["a"], general.mask["a"]) and fast.label == general.label == "text"
+    assert fast.batch_size == general.batch_size == torch.Size([4])
+    for batch_size in ([1], torch.Size([1])):  # a 0-d tensor has no first dim to match
+        with pytest.raises(RuntimeError, match=r"batch dimension mismatch.*for key 'image'"):
+            MyData(torch.tensor(1.0), torch.zeros(1), torch.zeros(1), batch_size=batch_size)
+    with pytest.raises(RuntimeError, match=r"batch dimension mismatch.*for key 'label'"):
+        MyData(torch.zeros(4), torch.zeros(4), torch.zeros(3), batch_size=[4])

@@ -41,7 +41,9 @@ def as_operand(other: Any) -> Any:
     if isinstance(other, _SCALARS) or isinstance(other, _Tensor):
         return other
     if isinstance(other, TensorCollection):
-        return unwrap(other)
+        inner = unwrap(other)
+        # A lazy stack has no storage of its own: its dense stack is the operand (as upstream).
+        return other.contiguous() if inner is None else inner
     if type(other).__module__ == "numpy":
         import numpy
 

@@ -227,7 +227,9 @@ def _collect(tds: Sequence[Any]) -> Optional[tuple]:
             if type(storage) is not dict:
                 if not isinstance(td, TensorCollection):
                     return None
-                td = storage  # a tensorclass: the TensorDict of its fields
+                # A tensorclass: the TensorDict of its fields. A lazy stack has no storage of its
+                # own: its dense stack stands in for it (as upstream, the result is dense).
+                td = td.contiguous() if storage is None else storage
                 storage = td._tensordict
             inners.append(td)
             storages.append(storage)
@@ -364,7 +366,9 @@ def _combined(tensors: Sequence[Any], inners: Sequence[Any], storages: Sequence[
         device = _merged_device(inners)
     result = first_inner._new_unsafe(storage, new_batch, device, names)
     first = tensors[0]
-    return result if first is first_inner else rewrap(first, result)
+    if first is first_inner or getattr(first, "_tensordict", None) is None:
+        return result  # first a TensorDict, or a lazy stack (stacked in its dense form)
+    return rewrap(first, result)
 
 
 TORCH_FUNCTIONS[torch.stack] = stack

@@ -36,6 +36,7 @@ from ._base import TensorCollection
 from ._convert import fits_batch, to_leaf
 from ._errors import batch_mismatch_error, locked_error, MessageKeyError
 from ._keys import key_to_tuple
+from ._lazy_ops import _MISSING, LazyOpsMixin
 from ._torch_function import _combine_error, _incongruent_error
 from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
 from .printing import _is_shared as _tensor_is_shared
@@ -46,7 +47,6 @@ __all__ = ["LazyStackedTensorDict", "lazy_stack", "maybe_dense_stack"]
 
 _Tensor = torch.Tensor
 _NON_TENSOR = (NonTensorData, NonTensorStack)
-_MISSING: Any = object()
 
 
 def _missing_key_error(key: Any, keys: Sequence[Any]) -> KeyError:
@@ -104,7 +104,7 @@ def _unsupported_index(index: Any, why: str) -> IndexError:
     return IndexError(f"Unsupported index {index!r} on a LazyStackedTensorDict: {why}.")
 
 
-class LazyStackedTensorDict(TensorCollection):
+class LazyStackedTensorDict(LazyOpsMixin, TensorCollection):
     """A stack of TensorDicts along a new batch dim ``stack_dim`` that keeps its members.
 
     Build it with :func:`lazy_stack` (or ``LazyStackedTensorDict(*tds, stack_dim=0)``).

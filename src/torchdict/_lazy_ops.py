@@ -1,0 +1,469 @@
+"""Member-wise operations of :class:`~torchdict.lazy.LazyStackedTensorDict`.
+
+A lazy stack keeps its members (dense TensorDicts) and does not copy them, so
+most operations on it are "do it to every member": ``select``/``exclude``,
+``del``/``pop``, ``update``, pointwise arithmetic and comparisons. This module
+holds them in :class:`LazyOpsMixin`, which the lazy stack inherits, so that
+``lazy.py`` keeps to the stack itself (shape, reading, indexing, writing).
+
+The pointwise methods are not written again here: each one calls the member
+method of the same name (defined in :mod:`torchdict._ops`) with the operand
+split along the stack dim (:meth:`LazyOpsMixin._split_operand`), and stacks the
+results lazily. In-place forms first try the op on an empty slice of every
+member, so that a member that would fail is found before any member is written.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, List
+
+import torch
+
+from ._base import TensorCollection
+from ._errors import locked_error
+from ._keys import key_to_tuple
+from ._ops import _OPERATORS, BINARY_OPS, UNARY_OPS
+
+_Tensor = torch.Tensor
+#: What ``_member_values`` returns when a member lacks the key (shared with lazy.py).
+_MISSING: Any = object()
+
+
+class LazyOpsMixin:
+    """Member-wise operations; the class using it provides ``_tds``, ``_stack_dim``, ``_is_locked``,
+    ``batch_size``, ``keys``, ``get``, ``set``, ``set_`` and ``_member_values``."""
+
+    __slots__ = ()
+
+    # ``==`` is member-wise (a lazy stack of bool entries), so a lazy stack is neither hashable
+    # nor usable as a bool (``assert a == b`` would otherwise always pass).
+    __hash__ = None  # type: ignore[assignment]
+
+    def __bool__(self) -> bool:
+        raise RuntimeError(
+            "Converting a tensordict to boolean value is not permitted. Use len(td.keys()) to test for "
+            "keys, or (a == b).all() / .any() to reduce a comparison."
+        )
+
+    # ------------------------------------------------------------------ building results
+    def _stack_of(self, members: List[Any]) -> Any:
+        from .lazy import LazyStackedTensorDict
+
+        return LazyStackedTensorDict(*members, stack_dim=self._stack_dim)
+
+    def _check_writable(self) -> None:
+        if self._is_locked or any(td.is_locked for td in self._tds):
+            raise locked_error()
+
+    # ------------------------------------------------------------------ select / exclude
+    def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> Any:
+        """A lazy stack of each member's ``select(*keys)``; with ``inplace``, the members keep only those keys.
+
+        With ``strict`` (the default), every member must hold every key (the member's ``KeyError``).
+
+        >>> from torchdict import TensorDict, lazy_stack
+        >>> td = lazy_stack([TensorDict(a=0, b=1), TensorDict(a=2, b=3)])
+        >>> td.select("a").keys()
+        ['a']
+        """
+        selected = [td.select(*keys, strict=strict) for td in self._tds]  # raises before anything changes
+        if not inplace:
+            return self._stack_of(selected)
+        self._check_writable()
+        for td in self._tds:
+            td.select(*keys, inplace=True, strict=False)
+        return self
+
+    def exclude(self, *keys: Any, inplace: bool = False) -> Any:
+        """A lazy stack of each member's ``exclude(*keys)`` (missing keys are ignored); with ``inplace``,
+        the keys are removed from the members.
+
+        >>> from torchdict import TensorDict, lazy_stack
+        >>> lazy_stack([TensorDict(a=0, b=1), TensorDict(a=2, b=3)]).exclude("a").keys()
+        ['b']
+        """
+        if not inplace:
+            return self._stack_of([td.exclude(*keys) for td in self._tds])
+        self._check_writable()
+        for td in self._tds:
+            td.exclude(*keys, inplace=True)
+        return self
+
+    # ------------------------------------------------------------------ items / values
+    def items(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[tuple]:
+        """``(key, self.get(key))`` for the keys every member has, as ``keys()`` lists them.
+
+        A ragged tensor entry raises the ``get`` error when it is reached (as upstream).
+
+        >>> import torch
+        >>> from torchdict import TensorDict, lazy_stack
+        >>> [(key, value.shape) for key, value in lazy_stack([TensorDict(a=torch.zeros(2))] * 3).items()]
+        [('a', torch.Size([3, 2]))]
+        """
+        for key in self.keys(include_nested, leaves_only):
+            yield key, self.get(key)
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
+        """``self.get(key)`` for the keys of ``keys(include_nested, leaves_only)``."""
+        for _, value in self.items(include_nested, leaves_only):
+            yield value
+
+    # ------------------------------------------------------------------ update
+    def update(self, input_dict_or_td: Any, inplace: bool = False) -> Any:
+        """Write every entry of ``input_dict_or_td`` (full batch) with ``set``; returns self.
+
+        Sub-dicts and sub-TensorDicts are merged into existing sub-TensorDicts, as the
+        dense ``update``. With ``inplace``, tensors are copied into the tensors every member
+        already has (``set_``, allowed when locked); other entries are set. If one entry
+        fails, the entries written before it are undone.
+
+        >>> import torch
+        >>> from torchdict import TensorDict, lazy_stack
+        >>> td = lazy_stack([TensorDict(), TensorDict()])
+        >>> td.update({"a": torch.tensor([1, 2])}).tensordicts[1]["a"]
+        tensor(2)
+        """
+        undo: List[Callable[[], None]] = []
+        try:
+            self._update_from(input_dict_or_td, (), inplace, undo)
+        except BaseException:
+            for step in reversed(undo):
+                step()
+            raise
+        return self
+
+    def _update_from(self, source: Any, prefix: tuple, inplace: bool, undo: list) -> None:
+        for key in source.keys():  # a source without keys() raises AttributeError, as upstream
+            value = self._source_entry(source, key)
+            keys = prefix + key_to_tuple(key)
+            if isinstance(value, (Mapping, TensorCollection)) and self._members_hold(keys, TensorCollection):
+                self._update_from(value, keys, inplace, undo)  # merge into the members' sub-TensorDicts
+            else:
+                self._update_entry(keys, value, inplace, undo)
+
+    def _source_entry(self, source: Any, key: Any) -> Any:
+        """``source[key]``; a ragged entry of a lazy source stacked along the same dim comes as
+        one value per member (a list), which ``set`` writes member by member."""
+        if isinstance(source, Mapping):
+            return source[key]
+        if isinstance(source, LazyOpsMixin) and source._stack_dim == self._stack_dim:
+            values = source._member_values(key)
+            if all(isinstance(value, _Tensor) for value in values) and len({v.shape for v in values}) > 1:
+                return values
+        return source.get(key)
+
+    def _members_hold(self, keys: tuple, kind: type) -> bool:
+        """Every member has an entry of type ``kind`` at ``keys``."""
+        values = self._member_values(keys)
+        return values is not _MISSING and all(isinstance(value, kind) for value in values)
+
+    def _update_entry(self, keys: tuple, value: Any, inplace: bool, undo: list) -> None:
+        if inplace and isinstance(value, _Tensor) and self._members_hold(keys, _Tensor):
+            backups = [old.clone() for old in self._member_values(keys)]
+            self.set_(keys, value)  # checks every member before writing any
+            undo.append(lambda: [td.set_(keys, backup) for td, backup in zip(self._tds, backups)])
+            return
+        from .lazy import _undo_record
+
+        records = [_undo_record(td, keys) for td in self._tds]
+        self.set(keys, value)  # undoes its own partial write if a member refuses
+        undo.append(lambda: _restore(self._tds, records))
+
+    # ------------------------------------------------------------------ removing
+    def __delitem__(self, key: Any) -> None:
+        """Delete ``key`` from every member that has it (an exclusive key too, as upstream)."""
+        holders = [td for td in self._tds if key in td]
+        if not holders:
+            raise KeyError(f"Key {key} not found in any of the stacked tensordicts.")
+        if self._is_locked or any(td.is_locked for td in holders):
+            raise locked_error()
+        for td in holders:
+            del td[key]
+
+    def del_(self, key: Any) -> Any:
+        """``del self[key]``; returns self."""
+        del self[key]
+        return self
+
+    def pop(self, key: Any, default: Any = _MISSING) -> Any:
+        """``self[key]`` (or ``default`` when some member lacks it), then the key is deleted from the members.
+
+        >>> import torch
+        >>> from torchdict import TensorDict, lazy_stack
+        >>> td = lazy_stack([TensorDict(a=0), TensorDict(a=1)])
+        >>> td.pop("a"), td.keys()
+        (tensor([0, 1]), [])
+        """
+        value = self.get(key, _MISSING)  # a ragged entry raises here, before anything is deleted
+        if value is _MISSING:
+            if default is not _MISSING:
+                return default
+            from .lazy import _missing_key_error
+
+            raise _missing_key_error(key, self.keys())
+        del self[key]
+        return value
+
+    # ------------------------------------------------------------------ pickling
+    def __reduce__(self) -> tuple:
+        return _unpickle_lazy_stack, (list(self._tds), self._stack_dim, self._is_locked)
+
+    # ------------------------------------------------------------------ pointwise ops
+    def _split_operand(self, operand: Any) -> list:
+        """``operand`` as one value per member: TensorDicts (full batch) and tensors (broadcast against
+        the batch shape, as the dense ops do) are split along the stack dim; anything else is given to
+        every member."""
+        count, dim = len(self._tds), self._stack_dim
+        if isinstance(operand, Mapping) and not isinstance(operand, TensorCollection):
+            operand = _as_tensordict(operand, self.batch_size)
+        if isinstance(operand, TensorCollection):
+            if operand.batch_size != self.batch_size:
+                raise RuntimeError(f"A LazyStackedTensorDict of batch size {self.batch_size} takes TensorDict "
+                                   f"operands of the same batch size, got {operand.batch_size}.")
+            # A lazy operand split along another dim gives lazy slices: the members' ops need dense ones.
+            return [_dense(part) for part in operand.unbind(dim)]
+        if isinstance(operand, _Tensor):
+            # The operand broadcasts against the batch shape as torch broadcasts (its last dim meets
+            # the last batch dim), so the stack dim is this dim of it (none if negative).
+            position = dim + operand.dim() - len(self.batch_size)
+            if position >= 0:
+                size = operand.shape[position]
+                if size == 1:
+                    return [operand.select(position, 0)] * count
+                if size != count:
+                    raise RuntimeError(f"The size of the operand ({size}) must match the size of the stack dim "
+                                       f"({count}) at dim {position} of the operand.")
+                return list(operand.unbind(position))
+        return [operand] * count
+
+    def _member_arguments(self, args: tuple, kwargs: dict) -> list:
+        """One ``(args, kwargs)`` per member, each operand split by :meth:`_split_operand`."""
+        split_args = [self._split_operand(arg) for arg in args]
+        split_kwargs = {name: self._split_operand(value) for name, value in kwargs.items()}
+        return [(tuple(parts[i] for parts in split_args), {name: parts[i] for name, parts in split_kwargs.items()})
+                for i in range(len(self._tds))]
+
+    def _memberwise(self, method: str, args: tuple, kwargs: dict) -> Any:
+        """A lazy stack of ``member.<method>(...)``; NotImplemented if a member's dunder gives it."""
+        from .lazy import LazyStackedTensorDict
+
+        results = []
+        for td, (member_args, member_kwargs) in zip(self._tds, self._member_arguments(args, kwargs)):
+            result = getattr(td, method)(*member_args, **member_kwargs)
+            if result is NotImplemented:
+                return NotImplemented
+            results.append(result)
+        # A tensor operand with more dims than the batch grows the members' batch in front (as the
+        # dense ops do), which moves the stack dim right.
+        grown = results[0].batch_dims - len(self._member_batch)
+        stacked = LazyStackedTensorDict(*results, stack_dim=self._stack_dim + grown)
+        # As the dense ops: a result of a locked stack is locked when the members' results are
+        # (arithmetic), not otherwise (comparisons).
+        stacked._is_locked = self._is_locked and all(result.is_locked for result in results)
+        return stacked
+
+    def _memberwise_(self, method: str, args: tuple, kwargs: dict) -> Any:
+        """``member.<method>(...)`` in place on every member; returns self (NotImplemented, unchanged, if
+        the operand type is not supported)."""
+        per_member = self._member_arguments(args, kwargs)
+        self._dry_run(method, per_member)
+        for td, (member_args, member_kwargs) in zip(self._tds, per_member):
+            if getattr(td, method)(*member_args, **member_kwargs) is NotImplemented:
+                return NotImplemented  # the first member: the operand type is refused before any write
+        return self
+
+    def _dry_run(self, method: str, per_member: list) -> None:
+        """Raise, before any member is written, what a member's in-place op would raise.
+
+        Each member's own in-place op changes nothing when it fails, but the earlier
+        members would already be written. So the op first runs on an empty slice of
+        every later member (``member[:0]``, the operands sliced alike): torch checks
+        dtypes and the members check keys and shapes, and no element is written.
+        """
+        for td, (member_args, member_kwargs) in list(zip(self._tds, per_member))[1:]:
+            if td.batch_dims == 0:  # no batch dim to take an empty slice of: try a copy
+                getattr(td.clone(), method)(*member_args, **member_kwargs)
+                continue
+            n_batch = td.batch_dims
+            probe_args = [_empty_slice(arg, n_batch) for arg in member_args]
+            probe_kwargs = {name: _empty_slice(value, n_batch) for name, value in member_kwargs.items()}
+            getattr(td[:0], method)(*probe_args, **probe_kwargs)
+
+    def all(self, dim: Any = None) -> bool:
+        """True when every element of every member's leaves is true (``dim`` is not supported).
+
+        >>> import torch
+        >>> from torchdict import TensorDict, lazy_stack
+        >>> td = lazy_stack([TensorDict(a=torch.ones(1)), TensorDict(a=torch.ones(2))])
+        >>> (td == 1).all(), (td == 0).any()
+        (True, False)
+        """
+        _no_dim("all", dim)
+        return all(td.all() for td in self._tds)
+
+    def any(self, dim: Any = None) -> bool:
+        """True when some element of some member's leaf is true (``dim`` is not supported)."""
+        _no_dim("any", dim)
+        return any(td.any() for td in self._tds)
+
+    def __pos__(self) -> Any:
+        return self
+
+    # ------------------------------------------------------------------ torch.<fn>(lazy_td, ...)
+    @classmethod
+    def __torch_function__(cls, func: Callable, types: tuple, args: tuple = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.stack:
+            tensors = args[0] if args else kwargs.get("tensors", ())
+            if all(isinstance(td, LazyOpsMixin) for td in tensors):
+                return _stack_lazy_stacks(*args, **kwargs)
+            return NotImplemented  # lazy and dense mixed: TensorDict's stack, of the lazy ones' dense forms
+        method = _TORCH_POINTWISE.get(func)
+        if method is not None and args and isinstance(args[0], LazyOpsMixin):
+            return getattr(args[0], method)(*args[1:], **kwargs)
+        return NotImplemented  # torch raises its TypeError
+
+
+def _no_dim(name: str, dim: Any) -> None:
+    if dim is not None:
+        raise RuntimeError(f"{name}(dim) requires this object to be cast to a regular TensorDict "
+                           "(contiguous()); a LazyStackedTensorDict reduces over all its elements only.")
+
+
+def _restore(members: list, records: list) -> None:
+    """Undo ``set``: put each member's old entry back, or delete what the write created."""
+    for td, (path, old) in zip(members, records):
+        if old is _MISSING:
+            if path in td.keys(True):
+                del td[path]
+        else:
+            td.set(path, old)
+
+
+def _as_tensordict(mapping: Mapping, batch_size: torch.Size) -> Any:
+    """A dict operand as a TensorDict of the stack's batch size, or with no batch when its values lack it
+    (then every member compares with all of it, as the dense ``td == {...}``)."""
+    from .tensordict import TensorDict
+
+    try:
+        return TensorDict(mapping, batch_size=batch_size)
+    except RuntimeError:
+        return mapping
+
+
+def _dense(part: Any) -> Any:
+    return part.contiguous() if hasattr(part, "tensordicts") else part
+
+
+def _empty_slice(operand: Any, n_batch: int) -> Any:
+    """``operand`` sliced as ``member[:0]`` is (a member has ``n_batch`` batch dims): a TensorDict along
+    its first dim; a tensor along the dim that meets the member's first batch dim, if it has one of size > 1."""
+    if isinstance(operand, TensorCollection):
+        return operand[:0]
+    if isinstance(operand, _Tensor):
+        position = operand.dim() - n_batch
+        if position >= 0 and operand.shape[position] != 1:
+            return operand.narrow(position, 0, 0)
+    return operand
+
+
+def _unpickle_lazy_stack(members: list, stack_dim: int, locked: bool) -> Any:
+    from .lazy import LazyStackedTensorDict
+
+    td = LazyStackedTensorDict(*members, stack_dim=stack_dim)
+    td._is_locked = locked
+    return td
+
+
+def _stack_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
+    """``torch.stack`` of lazy stacks with one batch size and stack dim: a lazy stack (the same
+    stack dim, shifted if the new dim comes before it) of the dense stacks of their i-th members."""
+    from .lazy import LazyStackedTensorDict
+
+    tensors = list(tensors)
+    if out is not None:
+        raise TypeError("torch.stack(..., out=...) is not supported for LazyStackedTensorDicts.")
+    first = tensors[0]
+    if not all(isinstance(td, LazyStackedTensorDict) and td.batch_size == first.batch_size
+               and td.stack_dim == first.stack_dim for td in tensors):
+        raise RuntimeError("torch.stack of LazyStackedTensorDicts needs LazyStackedTensorDicts with the same batch "
+                           "size and stack_dim (stack their contiguous() forms, or lazy_stack TensorDicts).")
+    n_dims = first.batch_dims + 1
+    if not -n_dims <= dim < n_dims:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n_dims}, {n_dims - 1}], "
+                         f"but got {dim})")
+    dim %= n_dims
+    stack_dim = first.stack_dim
+    # The new dim comes before the stack dim (which moves right) or after it (one dim less inside a member).
+    member_dim, new_stack_dim = (dim, stack_dim + 1) if dim <= stack_dim else (dim - 1, stack_dim)
+    members = [torch.stack([td._tds[i] for td in tensors], member_dim) for i in range(len(first._tds))]
+    return LazyStackedTensorDict(*members, stack_dim=new_stack_dim)
+
+
+#: torch functions that call the lazy stack's method of the same name (``torch.abs(td)``, ``torch.add(td, 1)``).
+_TORCH_POINTWISE = {getattr(torch, name): name for name in (*BINARY_OPS, *UNARY_OPS, "clamp", "clip", "lerp")
+                    if callable(getattr(torch, name, None))}
+
+
+# --------------------------------------------------------------------------- generated methods
+
+#: Member methods that are not in the op tables of ``_ops`` (aliases, clamp, lerp).
+_EXTRA_METHODS = ("clamp", "clip", "lerp", "multiply", "subtract", "divide", "true_divide", "absolute", "negative",
+                  "greater", "greater_equal", "less", "less_equal", "not_equal")
+
+
+def _out_of_place(name: str) -> Callable:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = self._memberwise(name, args, kwargs)
+        if result is NotImplemented:  # a named method, not a dunder: say so (the members' dunders don't)
+            raise TypeError(f"{name}(): unsupported operand type for a LazyStackedTensorDict.")
+        return result
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"A lazy stack of each member's ``{name}(...)`` (operands split along the stack dim)."
+    return method
+
+
+def _in_place(name: str) -> Callable:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = self._memberwise_(name, args, kwargs)
+        if result is NotImplemented:
+            raise TypeError(f"{name}(): unsupported operand type for a LazyStackedTensorDict.")
+        return result
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"Each member's ``{name}(...)`` in place (nothing is written if one member fails); returns self."
+    return method
+
+
+def _dunder(name: str, inplace: bool) -> Callable:
+    if inplace:
+        def method(self: Any, other: Any) -> Any:
+            return self._memberwise_(name, (other,), {})
+    else:
+        def method(self: Any, other: Any) -> Any:
+            return self._memberwise(name, (other,), {})
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _install() -> None:
+    """Add one member-wise method per member method of the op tables (and the Python operators)."""
+    from .tensordict import TensorDict
+
+    def put(name: str, method: Callable) -> None:
+        if name not in vars(LazyOpsMixin) and hasattr(TensorDict, name):
+            setattr(LazyOpsMixin, name, method)
+
+    for name in [*BINARY_OPS, *UNARY_OPS, *_EXTRA_METHODS]:
+        put(name, _out_of_place(name))
+        put(f"{name}_", _in_place(f"{name}_"))
+    for stem, _, _ in _OPERATORS:
+        put(f"__{stem}__", _dunder(f"__{stem}__", inplace=False))
+        put(f"__r{stem}__", _dunder(f"__r{stem}__", inplace=False))
+        put(f"__i{stem}__", _dunder(f"__i{stem}__", inplace=True))
+    for unary in ("__neg__", "__abs__", "__invert__"):
+        put(unary, lambda self, _name=unary: self._memberwise(_name, (), {}))
+
+
+_install()
