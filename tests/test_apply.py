@@ -322,3 +322,16 @@ def test_apply_refuses_unknown_keywords(method):
     td = TensorDict({"a": torch.zeros(3)}, batch_size=[3])
     with pytest.raises(TypeError, match="unexpected keyword arguments \\['bogus'\\]"):
         getattr(td, method)(lambda *args: args[-1], bogus=1)
+
+
+@pytest.mark.parametrize("filter_empty,expected", [(True, ["x"]), (None, ["x"]), (False, ["x", "n"])])
+@pytest.mark.parametrize("extra", [{}, {"device": "cpu"}, {"text": "kept"}])
+def test_a_sub_tensordict_emptied_by_fn_follows_filter_empty(filter_empty, expected, extra):
+    # Tensors first, then a sub-TensorDict whose only leaf fn drops (as upstream), through the
+    # one-pass path and the per-level one (a device to move to, a non-tensor entry).
+    device = extra.get("device")
+    source = {"x": torch.ones(3), "n": {"y": torch.ones(3)}, **({"s": extra["text"]} if "text" in extra else {})}
+    td = TensorDict(source, batch_size=[3])
+    result = td.apply(lambda t: None if t is td["n", "y"] else t + 1, filter_empty=filter_empty, device=device)
+    assert [key for key in result.keys(include_nested=True) if key != "s"] == expected
+    assert torch.equal(result["x"], td["x"] + 1)

@@ -345,7 +345,8 @@ class _ApplyRun:
                 else:
                     result[key] = entry
         for key in dropped:
-            del result[key]
+            # pop: the tensors-first result above holds no key yet for a dropped sub-TensorDict.
+            result.pop(key, None)
         return result
 
     def _checked(self, value: Any, name: Any, batch_size: torch.Size, n_batch: int) -> Any:

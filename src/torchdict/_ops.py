@@ -60,7 +60,7 @@ class PointwiseOp:
 
     __slots__ = ("name", "per_leaf", "reflected", "inplace", "foreach", "foreach_", "stackable")
 
-    def __init__(self, name: str, *, reflected: Optional[Callable] = None, inplace: bool = True,
+    def __init__(self, name: str, *, reflected: Optional[Callable] = None, inplace: Any = True,
                  foreach: bool = False) -> None:
         self.name = name
         # With a number, may run on the stack of the leaves (_stacked.py): only ops whose
@@ -69,7 +69,8 @@ class PointwiseOp:
         self.stackable = name in _EXACT_ON_ANY_LAYOUT
         self.per_leaf = getattr(torch, name, None) or getattr(_Tensor, name)
         self.reflected = reflected
-        self.inplace = getattr(_Tensor, f"{name}_", None) if inplace else None
+        # ``inplace``: True for ``Tensor.<name>_``, False for none, or the in-place function itself.
+        self.inplace = inplace if callable(inplace) else getattr(_Tensor, f"{name}_", None) if inplace else None
         self.foreach = getattr(torch, f"_foreach_{name}", None) if foreach else None
         self.foreach_ = getattr(torch, f"_foreach_{name}_", None) if foreach else None
 
@@ -78,6 +79,17 @@ _EXACT_ON_ANY_LAYOUT = frozenset({
     "add", "sub", "mul", "div", "maximum", "minimum", "clamp_min", "clamp_max", "eq", "ne", "lt", "le", "gt",
     "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor",
 })
+
+
+def _written_into_leaf(function: Callable) -> Callable:
+    """The in-place form of a torch function that has no ``Tensor.<name>_``: ``function(leaf, other, out=leaf)``."""
+
+    def inplace(leaf: _Tensor, other: Any) -> _Tensor:
+        if not isinstance(other, _Tensor):
+            other = torch.as_tensor(other, device=leaf.device)  # maximum/minimum take tensors only
+        return function(leaf, other, out=leaf)
+
+    return inplace
 
 
 def _swapped(python_operator: Callable) -> Callable:
@@ -96,8 +108,9 @@ BINARY_OPS = {
         PointwiseOp("remainder", reflected=_swapped(operator.mod)),
         PointwiseOp("fmod"),
         PointwiseOp("pow", foreach=True, reflected=_swapped(operator.pow)),
-        PointwiseOp("maximum", foreach=True, inplace=False),
-        PointwiseOp("minimum", foreach=True, inplace=False),
+        PointwiseOp("maximum", foreach=True, inplace=_written_into_leaf(torch.maximum)),
+        PointwiseOp("minimum", foreach=True, inplace=_written_into_leaf(torch.minimum)),
+        PointwiseOp("rsub", inplace=False),  # ``other - alpha * leaf``
         PointwiseOp("clamp_min", foreach=True),
         PointwiseOp("clamp_max", foreach=True),
         PointwiseOp("atan2"),
@@ -402,8 +415,6 @@ def all_any(td: Any, dim: Any, want_all: bool) -> Any:
         return want_all
     return reduce(td, "all" if want_all else "any", dim, False, {})
 
-    return reduce(td, "all" if want_all else "any", dim, False, {})
-
 
 # --------------------------------------------------------------------------- the mixin
 
@@ -522,6 +533,14 @@ class OpsMixin(ReductionsMixin):
     def sub_(self, other: Any, alpha: Any = None) -> Any:
         """``leaf.sub_(other, alpha=alpha)`` on every leaf; returns self."""
         return _binary_call(self, other, "sub", {} if alpha is None else {"alpha": alpha}, inplace=True)
+
+    def rsub(self, other: Any, *, alpha: Any = None) -> Any:
+        """``torch.rsub(leaf, other, alpha=alpha)`` (``other - alpha * leaf``) on every leaf.
+
+        >>> TensorDict(a=torch.ones(2)).rsub(10, alpha=2)["a"]
+        tensor([8., 8.])
+        """
+        return _binary_call(self, other, "rsub", {} if alpha is None else {"alpha": alpha})
 
     def div(self, other: Any, *, rounding_mode: Optional[str] = None) -> Any:
         """``torch.div(leaf, other, rounding_mode=...)`` on every leaf."""
@@ -666,6 +685,7 @@ def _install() -> None:
             put(f"__r{stem}__", _make_dunder(op, reflected=True))
         if op.inplace is not None and stem not in ("eq", "ne", "lt", "le", "gt", "ge"):
             put(f"__i{stem}__", _make_dunder(op, inplace=True))
+    put("mod", getattr(OpsMixin, "remainder"))  # upstream's name for remainder (it has no ``mod_``)
     # ``1 + td`` is ``td + 1``: commutative ops skip the reflected loop and use foreach.
     setattr(OpsMixin, "__radd__", vars(OpsMixin)["__add__"])
     setattr(OpsMixin, "__rmul__", vars(OpsMixin)["__mul__"])

@@ -95,7 +95,7 @@ def rewrap_result(template: Any, source_td: Any, result: Any, name: Optional[str
         if source_td is not None and any(result is leaf for leaf in source_td._tensordict.values()):
             return result
         return template._rewrap(result)
-    if isinstance(result, tuple):
+    if isinstance(result, tuple) and not isinstance(result, _Size):  # a shape (get_item_shape) stays as it is
         items = [rewrap_result(template, source_td, item, name) for item in result]
         return type(result)(items) if type(result) is tuple or hasattr(type(result), "n_fields") \
             else type(result)(*items)

@@ -20,6 +20,7 @@ from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, writ
 from ._convert import (check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, quick_batch_len,
                        to_leaf)
 from ._convert import tensor_len as _tensor_len
+from ._extras import ExtrasMixin
 from ._errors import (
     KeyThroughLeafError,
     batch_mismatch_error,
@@ -103,6 +104,7 @@ class TensorDict(
     ConstructorsMixin,
     ConversionsMixin,
     StateDictMixin,
+    ExtrasMixin,
     TensorCollection,
 ):
     """A dictionary of tensors sharing leading batch dimensions.
