@@ -130,7 +130,8 @@ def tensor_like() -> None:
           "padded:", lazy.get("reward", as_padded_tensor=True).shape)
     # Member-wise ops keep it lazy: arithmetic, select, update act on each TensorDict in the stack.
     scaled = (lazy * 2).select("reward")
-    print("lazy * 2:", type(scaled).__name__, [r.sum().item() for r in scaled.get("reward", as_list=True)])
+    print("lazy * 2:", type(scaled).__name__, [r.sum().item() for r in scaled.get("reward", as_list=True)],
+          "| sum over all 8 steps:", lazy.sum()["reward"].item())
     # The guide prints the shapes of these results.
     print(data.view(-1).shape)
     print(data.reshape(-1).shape)

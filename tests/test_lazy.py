@@ -773,3 +773,127 @@ def test_torch_stack_of_lazy_stacks_errors():
     del other[0]["only0"]
     with pytest.raises(RuntimeError, match="exclusive"):
         torch.stack([lazy_stack(make_members()), lazy_stack(other)])  # the members' own dense stack
+
+
+# ------------------------------------------------------------------------------- reductions
+
+REDUCTIONS = ["sum", "nansum", "mean", "nanmean", "prod", "std", "var", "amax", "amin", "max", "min"]
+
+
+def assert_reduction_equal(got, expected):
+    """Equal results of a reduction: TensorDicts (a lazy one through its dense form), tensors or
+    ``torch.return_types`` pairs."""
+    if isinstance(expected, torch.Tensor):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    elif isinstance(expected, tuple):
+        assert type(got) is type(expected)
+        assert_reduction_equal(got.values, expected.values)
+        assert_reduction_equal(got.indices, expected.indices)
+    else:
+        if isinstance(got, LazyStackedTensorDict):
+            got = got.contiguous()
+        assert type(got) is TensorDict
+        assert got.batch_size == expected.batch_size
+        tensor_keys = [key for key in expected.keys(True, True) if isinstance(expected[key], torch.Tensor)]
+        assert tensor_keys and tensor_keys == [key for key in got.keys(True, True) if key in tensor_keys]
+        for key in tensor_keys:
+            torch.testing.assert_close(got[key], expected[key], rtol=1e-5, atol=1e-6, equal_nan=True, msg=str(key))
+
+
+@pytest.mark.parametrize("stack_dim", [0, 1, 2])
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reductions_equal_the_dense_stacks(stack_dim, name):
+    tds = [t.sin() for t in dense_members()]  # in [-1, 1]: no product overflows
+    warnings.simplefilter("ignore", UserWarning)  # std/var("feature") of a leaf without feature dims: NaN
+    td, dense = lazy_stack(tds, stack_dim), torch.stack(tds, stack_dim)
+    for dim in [None, 0, 1, 2, -1, (0, 2), (1, 2)]:
+        for keepdim in (False, True):
+            kwargs = {"keepdim": keepdim} if dim is None else {"dim": dim, "keepdim": keepdim}
+            if name in ("max", "min") and dim is None and keepdim:
+                kwargs["return_indices"] = False
+            result = getattr(td, name)(**kwargs)
+            assert_reduction_equal(result, getattr(dense, name)(**kwargs))
+            values = result.values if isinstance(result, tuple) else result
+            dims = () if dim is None else {d % 3 for d in (dim if isinstance(dim, tuple) else (dim,))}
+            # The stack dim survives (a lazy stack) unless it is reduced.
+            assert isinstance(values, LazyStackedTensorDict) == (dim is not None and stack_dim not in dims)
+            if isinstance(values, LazyStackedTensorDict):
+                removed = 0 if keepdim else len([d for d in dims if d < stack_dim])
+                assert values.stack_dim == stack_dim - removed
+    assert_reduction_equal(getattr(td, name)(reduce=True), getattr(dense, name)(reduce=True))
+    other = (stack_dim + 1) % 3
+    assert_reduction_equal(getattr(td, name)(other, reduce=True), getattr(dense, name)(other, reduce=True))
+    assert_reduction_equal(getattr(td, name)("feature"), getattr(dense, name)("feature"))
+
+
+@pytest.mark.parametrize("stack_dim", [0, 1, 2])
+@pytest.mark.parametrize("name", ["all", "any"])
+def test_all_any_with_dim_equal_the_dense_stacks(stack_dim, name):
+    tds = [t.exclude("s") > 10 for t in dense_members()]
+    td, dense = lazy_stack(tds, stack_dim), torch.stack(tds, stack_dim)
+    assert getattr(td, name)() is getattr(dense, name)()
+    for dim in [0, 1, 2, -1, (0, 1)]:
+        expected = getattr(dense, name)(dim)
+        assert any(leaf.any() for leaf in expected.values(True, True)) and not expected.all()
+        assert_reduction_equal(getattr(td, name)(dim), expected)
+
+
+@pytest.mark.parametrize("stack_dim", [0, 2])
+@pytest.mark.parametrize("name", REDUCTIONS)
+def test_reductions_of_ragged_members_without_dim_reduce_every_element(stack_dim, name):
+    tds = make_members()  # "y" of widths 1, 2, 3 and exclusive keys
+    td = lazy_stack(tds, stack_dim)
+    for keepdim in (False, True):
+        kwargs = {"return_indices": False} if name in ("max", "min") and keepdim else {}
+        result = getattr(td, name)(keepdim=keepdim, **kwargs)
+        assert type(result) is TensorDict
+        assert result.batch_size == ((1, 1, 1) if keepdim else ())
+        assert sorted(map(str, result.keys(True, True))) == sorted(map(str, [("n", "z"), "x", "y"]))
+        for key in ("x", "y", ("n", "z")):
+            elements = torch.cat([t[key].reshape(-1) for t in tds])
+            expected = getattr(torch, name)(elements)
+            if keepdim:
+                expected = expected.reshape((1,) * len(td.get_item_shape(key)))
+            torch.testing.assert_close(result[key], expected, msg=str(key))
+    # Weighted by element count: not the mean of the members' means.
+    means = torch.stack([t["y"].mean() for t in tds]).mean()
+    assert not torch.allclose(td.mean()["y"], means)
+    pooled = torch.cat([t[key].reshape(-1) for key in ("n", "x", "y") for t in tds
+                        for key in ([("n", "z")] if key == "n" else [key])])
+    torch.testing.assert_close(td.sum(reduce=True), pooled.sum())
+
+
+@pytest.mark.parametrize("stack_dim", [0, 1, 2])
+def test_reductions_of_ragged_members_along_a_dim(stack_dim):
+    tds = make_members()
+    td = lazy_stack(tds, stack_dim)
+    for name in REDUCTIONS + ["all", "any"]:
+        with pytest.raises(RuntimeError, match=RAGGED):
+            getattr(td, name)(stack_dim)
+        with pytest.raises(RuntimeError, match=RAGGED):
+            getattr(td, name)((stack_dim, (stack_dim + 1) % 3))
+    other = (stack_dim + 1) % 3
+    member_dim = other - (other > stack_dim)
+    result = td.mean(other)
+    assert isinstance(result, LazyStackedTensorDict)
+    assert result.stack_dim == stack_dim - (other < stack_dim)
+    for got, member in zip(result.get("y", as_list=True), tds):
+        torch.testing.assert_close(got, member["y"].mean(member_dim))
+    maxima = td.max(other)
+    for got, member in zip(maxima.indices.get("y", as_list=True), tds):
+        assert torch.equal(got, member["y"].max(member_dim).indices)
+    for got, member in zip(td.sum("feature").get("y", as_list=True), tds):
+        torch.testing.assert_close(got, member["y"].sum(-1))
+
+
+def test_reduction_dim_errors():
+    td = lazy_stack(dense_members(), 1)
+    for dim in (3, -4, (0, 3)):
+        with pytest.raises(IndexError, match="Incompatible dim"):
+            td.sum(dim)
+        with pytest.raises(IndexError, match="Incompatible dim"):
+            td.all(dim)
+    with pytest.raises(RuntimeError, match="multiple times"):
+        td.mean((0, 0))
+    with pytest.raises(TypeError):
+        td.sum(0, correction=1)

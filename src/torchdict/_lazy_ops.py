@@ -289,23 +289,6 @@ class LazyOpsMixin:
             probe_kwargs = {name: _empty_slice(value, n_batch) for name, value in member_kwargs.items()}
             getattr(td[:0], method)(*probe_args, **probe_kwargs)
 
-    def all(self, dim: Any = None) -> bool:
-        """True when every element of every member's leaves is true (``dim`` is not supported).
-
-        >>> import torch
-        >>> from torchdict import TensorDict, lazy_stack
-        >>> td = lazy_stack([TensorDict(a=torch.ones(1)), TensorDict(a=torch.ones(2))])
-        >>> (td == 1).all(), (td == 0).any()
-        (True, False)
-        """
-        _no_dim("all", dim)
-        return all(td.all() for td in self._tds)
-
-    def any(self, dim: Any = None) -> bool:
-        """True when some element of some member's leaf is true (``dim`` is not supported)."""
-        _no_dim("any", dim)
-        return any(td.any() for td in self._tds)
-
     def __pos__(self) -> Any:
         return self
 
@@ -322,12 +305,6 @@ class LazyOpsMixin:
         if method is not None and args and isinstance(args[0], LazyOpsMixin):
             return getattr(args[0], method)(*args[1:], **kwargs)
         return NotImplemented  # torch raises its TypeError
-
-
-def _no_dim(name: str, dim: Any) -> None:
-    if dim is not None:
-        raise RuntimeError(f"{name}(dim) requires this object to be cast to a regular TensorDict "
-                           "(contiguous()); a LazyStackedTensorDict reduces over all its elements only.")
 
 
 def _restore(members: list, records: list) -> None:

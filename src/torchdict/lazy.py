@@ -37,6 +37,7 @@ from ._convert import fits_batch, to_leaf
 from ._errors import batch_mismatch_error, locked_error, MessageKeyError
 from ._keys import key_to_tuple
 from ._lazy_ops import _MISSING, LazyOpsMixin
+from ._lazy_reductions import LazyReductionsMixin
 from ._torch_function import _combine_error, _incongruent_error
 from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
 from .printing import _is_shared as _tensor_is_shared
@@ -104,7 +105,7 @@ def _unsupported_index(index: Any, why: str) -> IndexError:
     return IndexError(f"Unsupported index {index!r} on a LazyStackedTensorDict: {why}.")
 
 
-class LazyStackedTensorDict(LazyOpsMixin, TensorCollection):
+class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorCollection):
     """A stack of TensorDicts along a new batch dim ``stack_dim`` that keeps its members.
 
     Build it with :func:`lazy_stack` (or ``LazyStackedTensorDict(*tds, stack_dim=0)``).
