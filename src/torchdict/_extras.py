@@ -149,6 +149,8 @@ def _at_least(td: Any, ndim: int) -> Any:
 
 
 class ExtrasMixin:
+    """The pieces of upstream's API listed in the module docstring, as TensorDict methods."""
+
     __slots__ = ()
 
     # ------------------------------------------------------------------ introspection
