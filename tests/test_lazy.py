@@ -897,3 +897,19 @@ def test_reduction_dim_errors():
         td.mean((0, 0))
     with pytest.raises(TypeError):
         td.sum(0, correction=1)
+
+
+def test_torch_reduction_functions_call_the_lazy_stacks_methods():
+    ragged = lazy_stack([TensorDict(x=torch.arange(3.0)), TensorDict(x=torch.arange(5.0))])
+    joined = torch.cat([torch.arange(3.0), torch.arange(5.0)])
+    assert torch.equal(torch.sum(ragged)["x"], joined.sum()) and torch.equal(torch.mean(ragged)["x"], joined.mean())
+    assert torch.all(ragged >= 0) and not torch.any(ragged > 10)
+    members = [TensorDict(x=torch.arange(3.0) + shift, batch_size=[3]) for shift in (0.0, 3.0)]
+    td, dense = lazy_stack(members, 1), torch.stack(members, 1)
+    for function in (torch.sum, torch.mean, torch.amax, torch.prod):
+        for dim in (0, 1):
+            result = function(td, dim)
+            result = result.contiguous() if isinstance(result, LazyStackedTensorDict) else result
+            assert torch.equal(result["x"], function(dense, dim)["x"])
+    with pytest.raises(IndexError, match="Incompatible dim"):
+        torch.sum(td, 2)

@@ -377,8 +377,11 @@ def _stack_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
     return LazyStackedTensorDict(*members, stack_dim=new_stack_dim)
 
 
-#: torch functions that call the lazy stack's method of the same name (``torch.abs(td)``, ``torch.add(td, 1)``).
-_TORCH_POINTWISE = {getattr(torch, name): name for name in (*BINARY_OPS, *UNARY_OPS, "clamp", "clip", "lerp")
+#: torch functions that call the lazy stack's method of the same name (``torch.abs(td)``, ``torch.add(td, 1)``,
+#: and the reductions of ``_lazy_reductions``: ``torch.sum(td)``, ``torch.mean(td, 0)``).
+_TORCH_POINTWISE = {getattr(torch, name): name
+                    for name in (*BINARY_OPS, *UNARY_OPS, "clamp", "clip", "lerp", "sum", "nansum", "mean", "nanmean",
+                                 "prod", "std", "var", "amax", "amin", "max", "min", "all", "any")
                     if callable(getattr(torch, name, None))}
 
 
