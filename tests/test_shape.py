@@ -366,6 +366,8 @@ _LOCK_KEEPING_OPS = {
     "roll": lambda td: td.roll(1, 0), "narrow": lambda td: td.narrow(0, 0, 2),
     "split": lambda td: td.split(2)[0], "chunk": lambda td: td.chunk(2)[1], "add": lambda td: td + 1,
     "neg": lambda td: -td, "exp": lambda td: td.exp(), "mul td": lambda td: td * td,
+    "lerp": lambda td: td.float().lerp(td.float() + 1, 0.5), "zeros_like": torch.zeros_like,
+    "full_like": lambda td: torch.full_like(td, 2), "ones_like": torch.ones_like,
 }
 
 

@@ -569,7 +569,7 @@ class OpsMixin(ReductionsMixin):
         >>> TensorDict(a=torch.zeros(2)).lerp(TensorDict(a=torch.ones(2)), 0.25)["a"]
         tensor([0.2500, 0.2500])
         """
-        return _masking.lerp(self, end, weight)
+        return keep_lock(self, _masking.lerp(self, end, weight))
 
     def lerp_(self, end: Any, weight: Any) -> Any:
         """``lerp`` in place; returns self."""

@@ -17,6 +17,7 @@ import torch
 from ._apply import map_batch, rewrap, unwrap
 from ._base import TensorCollection
 from ._indexing import same_value, batch_probe
+from ._locking import keep_lock
 from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
 
 _Tensor = torch.Tensor
@@ -389,7 +390,7 @@ def _like(make: Callable[..., torch.Tensor]) -> Callable:
 
             result._device = parse_device(device)
         result._names = td._names
-        return result
+        return keep_lock(td, result)  # as upstream: locked like its source
 
     return handler
 
