@@ -89,14 +89,16 @@ def test_stack_then_index_gives_back_each_value():
     assert stacked[:, 0]["s"] == ["x", "y", "z"]
 
 
-@pytest.mark.parametrize("combine", [lambda tds: torch.stack(tds), lambda tds: torch.stack(tds, 1),
-                                     lambda tds: torch.cat(tds)])
+@pytest.mark.parametrize("combine", ["stack 0", "stack 1", "cat"])
 @pytest.mark.parametrize("index", [(1,), (slice(None), 2), (1, slice(0, 2)), (slice(0, 2),),
                                    (slice(None), slice(1, 3)), (slice(4, 6),)])
 def test_what_is_stacked_or_concatenated_reads_back_as_written(combine, index):
-    # Elements that all come from one source read back as its value; elements from several
-    # sources read back as the per-element nested list (what indexing the values gives).
-    combined = combine([_row("x"), _row("y"), _row("z")])
+    # As upstream: elements that all come from one stacked source read back as its value when
+    # the selection has no more dims than the source (a row of batch [4]): stacked[1] is "y",
+    # but stacked[0:1] stays a one-row list. A cat of different values is one flat list, so its
+    # slices stay lists. Anything else reads back as the per-element nested list.
+    rows = [_row("x"), _row("y"), _row("z")]
+    combined = torch.cat(rows) if combine == "cat" else torch.stack(rows, int(combine[-1]))
     sources = NonTensorStack.from_nested_list(combined["s"], combined.batch_size)
     try:
         picked = sources._batch_op(lambda grid: grid[index])
@@ -104,7 +106,8 @@ def test_what_is_stacked_or_concatenated_reads_back_as_written(combine, index):
         return
     values = set(picked._flat_values())
     result = combined[index]["s"]
-    if len(values) == 1:
+    one_source_value = len(values) == 1 and combine != "cat" and len(picked.batch_size) <= 1
+    if one_source_value or not picked.batch_size:
         assert result == values.pop()
     else:
         assert result == picked.data
@@ -120,3 +123,18 @@ def test_writing_one_value_at_an_index_reads_back_as_that_value():
     # Values given one per element stay per element, even when some are equal.
     stack = NonTensorStack(["p", "p", "q"], [3])
     assert stack._batch_op(lambda grid: grid[:2]).data == ["p", "p"]
+
+
+def test_slices_of_stacked_values_stay_lists_as_upstream():
+    # Observed on upstream 0.15.3: an int index along the stack dim gives the stacked value back,
+    # a slice keeps a (one-row) list, and a cat of different values is one flat list.
+    same = torch.stack([TensorDict(s="x"), TensorDict(s="x")])
+    assert same["s"] == ["x", "x"] and same[0:1]["s"] == ["x"] and same[0]["s"] == "x"
+    pair = torch.stack([TensorDict(s="x"), TensorDict(s="y")])
+    assert pair[1:]["s"] == ["y"] and pair.unsqueeze(1)[1]["s"] == ["y"] and pair.unsqueeze(1)[:, 0]["s"] == ["x", "y"]
+    shared_x, shared_y = TensorDict({"s": "x"}, [3]), TensorDict({"s": "y"}, [3])
+    rows = torch.stack([shared_x, shared_y])
+    assert rows[0]["s"] == "x" and rows[0, 0:2]["s"] == "x" and rows[0:1]["s"] == [["x", "x", "x"]]
+    assert torch.stack([shared_x])["s"] == [["x", "x", "x"]] and torch.cat([shared_x])["s"] == "x"
+    joined = torch.cat([shared_x, shared_y])
+    assert joined[0:2]["s"] == ["x", "x"] and joined[3:]["s"] == ["y", "y", "y"] and joined[4]["s"] == "y"

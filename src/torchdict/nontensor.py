@@ -23,8 +23,15 @@ import torch
 
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
 
-# Origin tokens: a fresh one for each value written as a whole (next() on a count is atomic).
-_new_origin = count().__next__
+# Origin tokens: a fresh one for each value written as a whole (next() on a count is atomic),
+# with the number of batch dims that value spans: a selection of elements that all come from one
+# value reads back as that value only when it has no more dims than the value had (as upstream,
+# where a slice of a stack stays a stack, ``stack[0:1]`` a one-row list).
+_next_token = count().__next__
+
+
+def _new_origin(ndim: int) -> tuple:
+    return (_next_token(), ndim)
 
 
 def _shape_probe(batch_size: torch.Size) -> torch.Tensor:
@@ -79,7 +86,7 @@ class NonTensorData:
         return [self.data] * self.batch_size.numel()
 
     def _flat_origins(self) -> List[Any]:
-        return [_new_origin()] * self.batch_size.numel()
+        return [_new_origin(len(self.batch_size))] * self.batch_size.numel()
 
     def clone(self) -> "NonTensorData":
         return NonTensorData(self.data, self.batch_size, self.device)
@@ -180,10 +187,10 @@ class NonTensorStack:
         positions = self._index_grid()[index].reshape(-1).tolist()
         if isinstance(value, (NonTensorData, NonTensorStack)):
             new_values, new_origins = value._flat_values(), value._flat_origins()
-            if len(new_values) == 1:
-                new_values, new_origins = new_values * len(positions), new_origins * len(positions)
+            if len(new_values) == 1:  # one value written over the whole selection
+                new_values, new_origins = new_values * len(positions), [_new_origin(len(self.batch_size))] * len(positions)
         else:
-            new_values, new_origins = [value] * len(positions), [_new_origin()] * len(positions)
+            new_values, new_origins = [value] * len(positions), [_new_origin(len(self.batch_size))] * len(positions)
         if len(new_values) != len(positions):
             raise RuntimeError(
                 f"Cannot write {len(new_values)} non-tensor values into {len(positions)} positions."
@@ -217,7 +224,7 @@ def _one_value(values: list, origins: Optional[list], batch_size: torch.Size,
     if not values or origins is None:
         return None
     first = origins[0]
-    if first is None or origins.count(first) != len(origins):
+    if first is None or first[1] < len(batch_size) or origins.count(first) != len(origins):
         return None
     return NonTensorData(values[0], batch_size, device)
 
@@ -259,4 +266,8 @@ def combine_non_tensor(
         origins.extend(leaf._flat_origins())
     grid = combine(grids)
     device = leaves[0].device if leaves else None
+    if leaves and grid.dim() == len(leaves[0].batch_size) and len(set(origins)) > 1:
+        # A cat of different values: one flat list whose slices stay lists (as upstream, which
+        # keeps its elements' values only along a stack dim).
+        origins = None
     return _from_grid(grid, values, origins, device)
