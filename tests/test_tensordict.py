@@ -496,6 +496,20 @@ def test_pickle_round_trip_keeps_structure_and_lock():
     assert torch.equal(loaded["a"], td["a"]) and loaded["n", "s"] == "x"
 
 
+def test_select_of_flat_keys_equals_the_general_path():
+    # Flat str keys have a fast path: it must give what one-element key tuples give.
+    td = TensorDict({"a": torch.zeros(2, 3), "b": torch.ones(2), "c": {"d": torch.ones(2)}, "s": "text"},
+                    batch_size=[2], names=["n"])
+    for keys in [("b", "a"), ("c", "s"), ("a", "a"), ()]:
+        fast, general = td.select(*keys), td.select(*[(key,) for key in keys])
+        assert list(fast.keys(True)) == list(general.keys(True))
+        assert all(fast[key] is general[key] for key in fast.keys())
+        assert fast.batch_size == td.batch_size and fast.names == ["n"] and not fast.is_locked
+    assert list(td.select("b", "zz", strict=False).keys()) == ["b"]
+    with pytest.raises(KeyError, match='key "zz" not found'):
+        td.select("b", "zz")
+
+
 def test_select_keeps_the_requested_order():
     td = TensorDict({"a": 0, "b": 1, "c": {"d": 2, "e": 3}})
     assert list(td.select("c", "a").keys(True)) == [("c", "d"), ("c", "e"), "c", "a"]

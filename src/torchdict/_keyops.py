@@ -267,6 +267,16 @@ def rename_key_(td: Any, old_key: Any, new_key: Any, safe: bool) -> Any:
 
 
 def select(td: Any, keys: tuple, *, inplace: bool, strict: bool) -> Any:
+    if not inplace:
+        # The common call, flat str keys: one dict read each, no key tree. join raises TypeError
+        # unless every key is a str; those calls, and a missing key, take the general path below
+        # (which words the error, or skips the key when not strict).
+        storage = td._tensordict
+        try:
+            "".join(keys)
+            return td._new_like({key: storage[key] for key in keys})
+        except (TypeError, KeyError):
+            pass
     for key in keys:
         if isinstance(key, list):
             raise RuntimeError("key should be a Sequence<NestedKey>")
