@@ -786,3 +786,15 @@ def test_auto_batch_size_gives_each_level_the_dims_its_own_leaves_share(batch_di
         level = td[path] if path else td
         assert level.batch_size == torch.Size(sizes[:batch_dims] if batch_dims else sizes)
     assert td.get("s").batch_size == td.batch_size and td["s"] == "x"
+
+
+def test_nested_get_equals_reading_level_by_level():
+    td = TensorDict({"a": torch.zeros(2), "n": {"m": {"x": torch.ones(2)}, "s": "hi"}}, batch_size=[2])
+    assert td["n", "m", "x"] is td["n"]["m"]["x"] and td["n", "s"] == td["n"]["s"] == "hi"
+    assert td["n", "m"] is td["n"]["m"] and td[()] is td and td["n",] is td["n"]
+    before = snapshot(td)
+    with pytest.raises(KeyError, match="not found"):
+        td["n", "zz"]
+    with pytest.raises(KeyThroughLeafError, match="'a' is a Tensor, not a tensordict"):
+        td["a", "b"]
+    assert_same_snapshot(before, snapshot(td))
