@@ -326,10 +326,7 @@ class ExtrasMixin:
         """
         from .lazy import lazy_stack
 
-        n_batch = len(self.batch_size)
-        if not -n_batch <= dim < n_batch:
-            raise IndexError(f"Incompatible dim {dim} for tensordict with batch dims {n_batch}.")
-        position = dim % n_batch
+        position = batch_dim(dim, self.batch_size)
         return lazy_stack(list(self.unbind(position)), position)
 
     @classmethod

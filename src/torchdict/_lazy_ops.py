@@ -29,6 +29,12 @@ _Tensor = torch.Tensor
 _MISSING: Any = object()
 
 
+def is_ragged(values: list) -> bool:
+    """True for the members' values of a key that are all tensors but not all of one shape."""
+    return all(isinstance(value, _Tensor) for value in values) and any(
+        value.shape != values[0].shape for value in values)
+
+
 class LazyOpsMixin:
     """Member-wise operations; the class using it provides ``_tds``, ``_stack_dim``, ``_is_locked``,
     ``batch_size``, ``keys``, ``get``, ``set``, ``set_`` and ``_member_values``."""
@@ -148,7 +154,7 @@ class LazyOpsMixin:
             return source[key]
         if isinstance(source, LazyOpsMixin) and source._stack_dim == self._stack_dim:
             values = source._member_values(key)
-            if all(isinstance(value, _Tensor) for value in values) and len({v.shape for v in values}) > 1:
+            if is_ragged(values):
                 return values
         return source.get(key)
 

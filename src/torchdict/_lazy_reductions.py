@@ -22,6 +22,7 @@ from typing import Any, Callable, List
 import torch
 
 from ._base import TensorCollection
+from ._lazy_ops import is_ragged
 from ._reductions import _NO_DIM, batch_dims_of
 from .tensordict import TensorDict
 
@@ -102,7 +103,7 @@ class LazyReductionsMixin:
 
     def _reduce_whole(self, name: str, kwargs: dict) -> Any:
         """``<name>`` over every element of each key (see the module docstring)."""
-        if not any(_ragged(self._member_values(key)) for key in self.keys(True, True)):
+        if not any(is_ragged(self._member_values(key)) for key in self.keys(True, True)):
             return getattr(self._dense_common(), name)(**kwargs)
         return self._reduce_concatenated(name, kwargs)
 
@@ -123,11 +124,6 @@ class LazyReductionsMixin:
         if keepdim and isinstance(result, TensorCollection):
             result.batch_size = torch.Size((1,) * self.batch_dims)
         return result
-
-
-def _ragged(values: list) -> bool:
-    return all(isinstance(value, _Tensor) for value in values) and \
-        any(value.shape != values[0].shape for value in values)
 
 
 def _reduction(name: str) -> Callable:

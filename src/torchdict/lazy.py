@@ -36,7 +36,7 @@ from ._base import TensorCollection
 from ._convert import fits_batch, to_leaf
 from ._errors import batch_mismatch_error, locked_error, MessageKeyError
 from ._keys import key_to_tuple
-from ._lazy_ops import _MISSING, LazyOpsMixin
+from ._lazy_ops import _MISSING, LazyOpsMixin, is_ragged
 from ._lazy_reductions import LazyReductionsMixin
 from ._torch_function import _combine_error, _incongruent_error
 from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
@@ -61,11 +61,6 @@ def _ragged_error(key: Any, shapes: list) -> RuntimeError:
         f"Failed to stack tensors within a tensordict under the key {key!r}: their shapes are {shapes}. "
         "To read them, pass as_padded_tensor=True, as_nested_tensor=True or as_list=True to get()."
     )
-
-
-def _same_shapes(values: list) -> bool:
-    first = values[0].shape
-    return all(value.shape == first for value in values)
 
 
 def _pad_to(value: torch.Tensor, shape: Sequence[int], padding_value: float, left: bool) -> torch.Tensor:
@@ -306,7 +301,7 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorCollection)
                 return self._padded(values, padding_value, padding_side)
             if as_nested_tensor:
                 return torch.nested.as_nested_tensor(values, layout=layout)
-            if not _same_shapes(values):
+            if is_ragged(values):
                 raise _ragged_error(key, [value.shape for value in values])
             return torch.stack(values, self._stack_dim)
         if as_padded_tensor or as_nested_tensor:
@@ -586,7 +581,7 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorCollection)
         """
         for key in self.keys(True, True):
             values = self._member_values(key)
-            if all(isinstance(value, _Tensor) for value in values) and not _same_shapes(values):
+            if is_ragged(values):
                 raise _ragged_error(key, [value.shape for value in values])
         return torch.stack(self._tds, self._stack_dim)
 
