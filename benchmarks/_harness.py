@@ -397,6 +397,9 @@ def environment() -> dict[str, str]:
             facts[module_name] = getattr(importlib.import_module(module_name), "__version__", "?")
         except ImportError:
             facts[module_name] = "not installed"
+    if facts["torchdict"] != "not installed":
+        # torchdict's C helpers (or their pure-Python twins, TORCHDICT_PURE_PYTHON=1) set some rows.
+        facts["C helpers"] = "on" if importlib.import_module("torchdict._accel").USING_C else "off"
     return facts
 
 

@@ -22,7 +22,8 @@ import torch
 
 from ._apply_tree import plain_tree_storage
 from ._base import TensorCollection
-from ._convert import fits_batch, parse_batch_size, parse_device, tensor_len as _tensor_len, to_leaf
+from ._accel import lengths_fit
+from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
 from ._errors import batch_mismatch_error, missing_key_error
 from ._keys import key_to_tuple
 from .nontensor import NonTensorData
@@ -207,12 +208,8 @@ def _plain_results_fit(results: list, n_batch: int, first: int, on_cpu: bool) ->
     ``first`` (1-d batch), on the CPU when ``on_cpu``; False sends the results through the
     per-result checks of ``_checked`` (and their errors)."""
     if n_batch == 1 and first > 0 and not on_cpu:
-        # One C-level pass: the C length of a tensor is its first size (0 for a 0-dim one) and
-        # raises TypeError for anything else (None, a TensorDict, a number).
-        try:
-            return set(map(_tensor_len, results)) == {first}
-        except TypeError:
-            return False
+        # One C-level pass: the first size of each result (False for None, a TensorDict, a number).
+        return lengths_fit(results, first)
     if set(map(type, results)) != _ONLY_TENSOR:
         return False
     if on_cpu and not all(map(_is_cpu, results)):

@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import torch
 
-from ._convert import tensor_len
+from ._accel import lengths_fit
 
 _Tensor = torch.Tensor
 _ONLY_TENSOR = {_Tensor}
@@ -56,10 +56,7 @@ def plain_tree_storage(run: Any, td: Any, batch_size: torch.Size) -> Optional[di
         return None
     results = list(map(run.fn, leaves))
     if n_batch:
-        try:
-            fits = set(map(tensor_len, results)) == {batch_size[0]}
-        except TypeError:  # None, a number, a TensorDict...: the per-result checks below
-            fits = False
+        fits = lengths_fit(results, batch_size[0])  # False sends None, a number...: to the per-result checks
     else:
         fits = set(map(type, results)) == _ONLY_TENSOR
     return _rebuild(run, iter(levels), results, batch_size, fits)

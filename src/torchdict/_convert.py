@@ -12,17 +12,13 @@ from typing import Any, Optional
 
 import torch
 
+from ._accel import tensor_len  # re-exported: the first size of a tensor, the cheapest batch check
 from ._base import TensorCollection
 from ._errors import batch_mismatch_error
 from .nontensor import NonTensorData, NonTensorStack
 
 _Tensor = torch.Tensor
 _NUMBER_TYPES = (bool, int, float)
-
-
-# The first size of a tensor (0 for a 0-dim one), read by the C slot under torch.Tensor.__len__
-# (which is a slower Python wrapper that raises on 0-dim tensors): the cheapest batch check.
-tensor_len = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None)).__len__
 
 
 def quick_batch_len(batch_size: torch.Size) -> int:
@@ -41,34 +37,6 @@ def quick_batch_len(batch_size: torch.Size) -> int:
     return batch_size[0] if len(batch_size) == 1 and batch_size[0] > 0 else -1
 
 
-def plain_leaves_fit(source: dict, first: int) -> bool:
-    """True when every key of ``source`` is a str and every value a ``torch.Tensor`` (subclasses
-    too, as the entry-by-entry path accepts them) whose first size is ``first`` (> 0): such a
-    dict is a valid storage for the batch size ``[first]``.
-
-    Two C-level passes (keys joined, first sizes) instead of a Python loop: the fast path of
-    building a TensorDict from a flat dict of tensors. Each pass is also a type test. A 0-dim
-    tensor has C length 0, hence ``first > 0``.
-    """
-    if first <= 0 or not source:
-        return False
-    values = source.values()
-    # A small dict (typically one level of a nested source, holding a sub-dict) gets a type pass
-    # first: cheaper than the TypeError the length pass would raise. A large one skips it (it
-    # costs ~45 ns a value, more than the rest of the check).
-    if len(source) <= _TYPE_PASS_MAX and set(map(type, values)) != _ONLY_TENSOR:
-        return False
-    try:
-        # join raises TypeError unless every key is a str (a subclass too, kept as it is, as
-        # the entry-by-entry path does); tensor_len unless every value is a tensor.
-        "".join(source)
-        return set(map(tensor_len, values)) == {first}
-    except TypeError:
-        return False
-
-
-_TYPE_PASS_MAX = 16
-_ONLY_TENSOR = {_Tensor}
 
 
 def parse_batch_size(batch_size: Any) -> torch.Size:

@@ -32,7 +32,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._convert import fits_batch, parse_batch_size, parse_device, tensor_len as _tensor_len, to_leaf
+from ._accel import lengths_fit
+from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
 from ._tensorclass_indexing import install_getitem
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
@@ -368,23 +369,17 @@ def make_init(cls: type, specs: list) -> Callable:
         # The commonest call, ``Cls(*tensors, batch_size=[n])``, first and with the fewest
         # steps: one batch dim given as a list, no device, no names, tensors whose C length
         # (first size; 0 for a 0-d tensor, hence n > 0) is n. That length doubles as the type
-        # test: TensorBase.__len__ raises TypeError for anything but a tensor. A tensor of any
-        # class is stored as given, as the general code does. Anything else falls through to
-        # the general code below, which converts, validates and raises.
-        lengths = " and ".join(f"_tc_len({name}) == _tc_b0" for name in names)
+        # test: lengths_fit says False for anything but a tensor. A tensor of any class is
+        # stored as given, as the general code does. Anything else falls through to the
+        # general code below, which converts, validates and raises.
         lines += ["    if type(batch_size) is list and len(batch_size) == 1 and device is None and names is None:",
                   "        _tc_b0 = batch_size[0]",
-                  "        if type(_tc_b0) is int and _tc_b0 > 0:",
-                  "            try:",
-                  f"                _tc_fits = {lengths}",
-                  "            except TypeError:",
-                  "                _tc_fits = False",
-                  "            if _tc_fits:",
-                  f"                _tc_st = {this}.__dict__",
-                  *[f"                _tc_st[{name!r}] = {name}" for name in names],
-                  f"                _tc_set_td({this}, ((_tc_b0,), None))",
-                  *_init_epilogue(cls, this, indent="                "),
-                  "                return"]
+                  f"        if type(_tc_b0) is int and _tc_lengths_fit({values}, _tc_b0):",
+                  f"            _tc_st = {this}.__dict__",
+                  *[f"            _tc_st[{name!r}] = {name}" for name in names],
+                  f"            _tc_set_td({this}, ((_tc_b0,), None))",
+                  *_init_epilogue(cls, this, indent="            "),
+                  "            return"]
     lines += ["    if batch_size is None:",
              "        _tc_bs = _tc_EMPTY",
              "    elif type(batch_size) is _tc_Size:",
@@ -401,13 +396,12 @@ def make_init(cls: type, specs: list) -> Callable:
                       f"        {spec.name} = _tc_default(_tc_F_{spec.name}, _tc_bs, _tc_dev)"]
     build = f"_tc_set_dict({this}, _tc_build(_tc_specs, {values}, _tc_bs, _tc_dev))"
     if fast:
-        length_checks = " and ".join(f"_tc_len({name}) == _tc_b0" for name in names) or "True"
         # The fast path fills the instance's own (fresh) __dict__: cheaper than building a
         # dict and setting it through the slot's descriptor.
         stores = [f"        _tc_st[{name!r}] = {name}" for name in names]
         lines += ["    _tc_n = len(_tc_bs)",
                   f"    if _tc_dev is None and {plain} and (_tc_n == 0 or (",
-                  "            _tc_n == 1 and (_tc_b0 := _tc_bs[0]) > 0 and " + length_checks + ")):",
+                  f"            _tc_n == 1 and _tc_lengths_fit({values}, _tc_bs[0]))):",
                   f"        _tc_st = {this}.__dict__",
                   *stores,
                   "    else:",
@@ -422,7 +416,7 @@ def make_init(cls: type, specs: list) -> Callable:
         "_tc_DEFAULT": _DEFAULT, "_tc_EMPTY": _EMPTY_SIZE, "_tc_Size": _Size, "_tc_Tensor": _Tensor,
         "_tc_parse_batch_size": parse_batch_size, "_tc_parse_device": parse_device, "_tc_build": _build_storage,
         "_tc_default": _default_leaf, "_tc_no_field": no_field_error, "_tc_cls": cls, "_tc_specs": specs,
-        "_tc_set_td": set_td, "_tc_set_dict": set_instance_dict, "_tc_len": _tensor_len,
+        "_tc_set_td": set_td, "_tc_set_dict": set_instance_dict, "_tc_lengths_fit": lengths_fit,
     }
     namespace.update({f"_tc_F_{spec.name}": spec for spec in specs})
     exec("\n".join(lines), namespace)  # noqa: S102 - generated from field names only

@@ -12,14 +12,14 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 
 from . import _keyops
+from ._accel import install_getitem, leaves_fit, tensor_len as _tensor_len
 from ._apply import ApplyMixin
 from ._base import TensorCollection
 from ._constructors import ConstructorsMixin
 from ._conversions import ConversionsMixin
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
-from ._convert import (check_tensor, fits_batch, parse_batch_size, parse_device, plain_leaves_fit, quick_batch_len,
+from ._convert import (check_tensor, fits_batch, parse_batch_size, parse_device, quick_batch_len,
                        to_leaf)
-from ._convert import tensor_len as _tensor_len
 from ._extras import ExtrasMixin
 from ._errors import (
     KeyThroughLeafError,
@@ -153,7 +153,7 @@ class TensorDict(
         batch_size = parse_batch_size(batch_size)
         device = parse_device(device)
         n_batch = len(batch_size)
-        if n_batch == 1 and device is None and type(source) is dict and plain_leaves_fit(source, batch_size[0]):
+        if n_batch == 1 and device is None and type(source) is dict and leaves_fit(source, batch_size[0]):
             # A flat dict of tensors for a one-dim batch (the commonest call), checked in C-level
             # passes; anything else is converted and checked entry by entry below.
             self._init_state(dict(source), batch_size, None, None)
@@ -762,6 +762,9 @@ class TensorDict(
     def __reduce__(self) -> tuple:
         return (_rebuild, (type(self), self._tensordict, self._batch_size, self._device, self._names,
                            self._is_locked))
+
+
+install_getitem(TensorDict, _NON_TENSOR)  # td["key"] in C when the extension is built
 
 
 def _rebuild(cls: type, storage: dict, batch_size: torch.Size, device: Any, names: Any, locked: bool) -> TensorDict:

@@ -1,0 +1,301 @@
+/* Optional C helpers for the hottest checks of torchdict.
+ *
+ * torchdict works without this module: each helper has a pure-Python twin in
+ * _speedups_py.py, with the same results and errors, that is used when this
+ * extension was not built (see _accel.py). What C buys is the crossing into torch:
+ * reading a tensor's first size through the wrapper of torch's C length slot
+ * costs a Python call and an argument tuple per tensor; here it is one C call.
+ *
+ *   tensor_len(t)             the first size of a tensor (0 for a 0-dim one); TypeError for
+ *                             anything that is not a tensor
+ *   leaves_fit(source, n)     True when every key of the dict `source` is a str and every
+ *                             value a tensor whose first size is n (n > 0, source not empty)
+ *   lengths_fit(values, n)    the same test for the items of a list or tuple
+ *   make_getitem(...)         a C `__getitem__` for TensorDict (see below)
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* torch._C.TensorBase, whose mapping length slot is torch's own C length; set by setup(). */
+static PyTypeObject *tensor_base = NULL;
+static lenfunc tensor_length = NULL;
+
+/* For the C __getitem__: TensorDict, the member descriptor of TensorDict._tensordict,
+ * the two non-tensor wrapper classes and the Python fallback (the general __getitem__). */
+static PyTypeObject *owner_type = NULL;
+static PyObject *storage_member = NULL;
+static PyTypeObject *non_tensor_data = NULL;
+static PyTypeObject *non_tensor_stack = NULL;
+static PyObject *general_getitem = NULL;
+static PyObject *data_name = NULL;
+
+static int
+check_args(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
+{
+    if (nargs != expected) {
+        PyErr_Format(PyExc_TypeError, "%s expected %zd arguments, got %zd", name, expected, nargs);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+check_ready(void)
+{
+    if (tensor_length == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "torchdict._speedups.setup() was not called");
+        return -1;
+    }
+    return 0;
+}
+
+/* The first size of `value`, -2 when `value` is not a tensor (no error set), -1 on an
+ * error raised by torch (a __torch_function__ override, say). */
+static Py_ssize_t
+first_size(PyObject *value)
+{
+    if (!PyObject_TypeCheck(value, tensor_base)) {
+        return -2;
+    }
+    /* torch may run Python code here (a subclass's __torch_function__): keep `value`
+     * alive even if that code drops the container's reference to it. */
+    Py_INCREF(value);
+    Py_ssize_t size = tensor_length(value);
+    Py_DECREF(value);
+    return size;
+}
+
+static PyObject *
+tensor_len(PyObject *Py_UNUSED(module), PyObject *value)
+{
+    if (check_ready() < 0) {
+        return NULL;
+    }
+    Py_ssize_t size = first_size(value);
+    if (size == -2) {
+        PyErr_Format(PyExc_TypeError, "expected a torch.Tensor, got %.200s", Py_TYPE(value)->tp_name);
+        return NULL;
+    }
+    if (size < 0) {
+        return NULL;
+    }
+    return PyLong_FromSsize_t(size);
+}
+
+static int
+parse_size(PyObject *arg, Py_ssize_t *out)
+{
+    *out = PyLong_AsSsize_t(arg);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* 1 when size fits, 0 when not (or not a tensor), -1 on an error other than TypeError. A
+ * TypeError from torch (the C length of a tensor subclass that refuses it) reads as "does
+ * not fit", as the Python twin's `except TypeError` does. */
+static int
+fits(PyObject *value, Py_ssize_t first)
+{
+    Py_ssize_t size = first_size(value);
+    if (size == -1) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            return 0;
+        }
+        return -1;
+    }
+    return size == first;
+}
+
+static PyObject *
+leaves_fit(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t first, pos = 0;
+    PyObject *key, *value;
+    if (check_args("leaves_fit", nargs, 2) < 0 || check_ready() < 0) {
+        return NULL;
+    }
+    if (!PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "leaves_fit expects a dict");
+        return NULL;
+    }
+    if (parse_size(args[1], &first) < 0) {
+        return NULL;
+    }
+    PyObject *source = args[0];
+    if (first <= 0 || PyDict_GET_SIZE(source) == 0) {
+        Py_RETURN_FALSE;
+    }
+    /* Keys first (no Python code runs), then values: torch may run Python code, and
+     * PyDict_Next stays memory-safe if that code changes the dict. */
+    while (PyDict_Next(source, &pos, &key, &value)) {
+        if (!PyUnicode_Check(key)) {
+            Py_RETURN_FALSE;
+        }
+    }
+    pos = 0;
+    while (PyDict_Next(source, &pos, &key, &value)) {
+        int ok = fits(value, first);
+        if (ok <= 0) {
+            return ok < 0 ? NULL : Py_NewRef(Py_False);
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
+static PyObject *
+lengths_fit(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t first;
+    if (check_args("lengths_fit", nargs, 2) < 0 || check_ready() < 0) {
+        return NULL;
+    }
+    PyObject *values = args[0];
+    if (!PyList_Check(values) && !PyTuple_Check(values)) {
+        PyErr_SetString(PyExc_TypeError, "lengths_fit expects a list or a tuple");
+        return NULL;
+    }
+    if (parse_size(args[1], &first) < 0) {
+        return NULL;
+    }
+    if (first <= 0 || PySequence_Fast_GET_SIZE(values) == 0) {
+        Py_RETURN_FALSE;
+    }
+    /* The size and item are read afresh at each step: Python code run by torch may
+     * change a list while we walk it. */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(values); i++) {
+        int ok = fits(PySequence_Fast_GET_ITEM(values, i), first);
+        if (ok <= 0) {
+            return ok < 0 ? NULL : Py_NewRef(Py_False);
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
+/* The entry of the TensorDict `node` at the exact str `key`, as a new reference; NULL
+ * with no error set when the key is missing. */
+static PyObject *
+lookup(PyObject *node, PyObject *key)
+{
+    PyObject *storage = Py_TYPE(storage_member)->tp_descr_get(storage_member, node, (PyObject *)Py_TYPE(node));
+    if (storage == NULL) {
+        return NULL;
+    }
+    PyObject *value = NULL;
+    if (PyDict_CheckExact(storage)) {
+        value = Py_XNewRef(PyDict_GetItemWithError(storage, key));
+    }
+    Py_DECREF(storage);
+    return value;
+}
+
+/* TensorDict.__getitem__ for its hottest calls: td["key"] (an exact str found in the
+ * storage dict) and td["a", "b"] (a tuple of exact str walking through plain TensorDicts).
+ * A tensor or a TensorDict is returned as it is, a non-tensor wrapper as its .data.
+ * Anything else (an int, a slice, a missing key, a str subclass, a TensorDict subclass on
+ * the way) goes to the general Python __getitem__, which also words every error. */
+static PyObject *
+fast_getitem(PyObject *self, PyObject *key)
+{
+    PyObject *value = NULL;
+    if (PyUnicode_CheckExact(key)) {
+        value = lookup(self, key);
+    }
+    else if (PyTuple_CheckExact(key) && PyTuple_GET_SIZE(key) > 0 && Py_TYPE(self) == owner_type) {
+        value = Py_NewRef(self);
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key); i++) {
+            PyObject *part = PyTuple_GET_ITEM(key, i);
+            if (!PyUnicode_CheckExact(part) || Py_TYPE(value) != owner_type) {
+                Py_CLEAR(value);
+                break;
+            }
+            Py_SETREF(value, lookup(value, part));
+            if (value == NULL) {
+                break;
+            }
+        }
+    }
+    if (value != NULL) {
+        PyTypeObject *kind = Py_TYPE(value);
+        if (kind == non_tensor_data || kind == non_tensor_stack) {
+            Py_SETREF(value, PyObject_GetAttr(value, data_name));
+        }
+        return value;
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    PyObject *args[2] = {self, key};
+    return PyObject_Vectorcall(general_getitem, args, 2, NULL);
+}
+
+static PyMethodDef getitem_def = {
+    "__getitem__", (PyCFunction)fast_getitem, METH_O,
+    "td[index]: an entry for a key (str or tuple of str), a new TensorDict for a batch index."
+};
+
+static PyObject *
+make_getitem(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    /* (owner class, its _tensordict member descriptor, NonTensorData, NonTensorStack,
+     *  the general __getitem__) -> a method descriptor of the owner class. */
+    if (check_args("make_getitem", nargs, 5) < 0) {
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyType_Check(args[2]) || !PyType_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "make_getitem expects classes");
+        return NULL;
+    }
+    if (Py_TYPE(args[1])->tp_descr_get == NULL || !PyCallable_Check(args[4])) {
+        PyErr_SetString(PyExc_TypeError, "make_getitem expects a descriptor and a callable");
+        return NULL;
+    }
+    if (data_name == NULL && (data_name = PyUnicode_InternFromString("data")) == NULL) {
+        return NULL;
+    }
+    Py_XSETREF(owner_type, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(storage_member, Py_NewRef(args[1]));
+    Py_XSETREF(non_tensor_data, (PyTypeObject *)Py_NewRef(args[2]));
+    Py_XSETREF(non_tensor_stack, (PyTypeObject *)Py_NewRef(args[3]));
+    Py_XSETREF(general_getitem, Py_NewRef(args[4]));
+    return PyDescr_NewMethod((PyTypeObject *)args[0], &getitem_def);
+}
+
+static PyObject *
+setup(PyObject *Py_UNUSED(module), PyObject *base)
+{
+    if (!PyType_Check(base)) {
+        PyErr_SetString(PyExc_TypeError, "setup expects torch._C.TensorBase");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)base;
+    if (type->tp_as_mapping == NULL || type->tp_as_mapping->mp_length == NULL) {
+        PyErr_SetString(PyExc_TypeError, "this class has no C length");
+        return NULL;
+    }
+    Py_XSETREF(tensor_base, (PyTypeObject *)Py_NewRef(base));
+    tensor_length = type->tp_as_mapping->mp_length;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"setup", (PyCFunction)setup, METH_O, "setup(torch._C.TensorBase): read torch's C length slot."},
+    {"tensor_len", (PyCFunction)tensor_len, METH_O, "The first size of a tensor (0 for a 0-dim one)."},
+    {"leaves_fit", (PyCFunction)(void (*)(void))leaves_fit, METH_FASTCALL,
+     "leaves_fit(source, n): every key a str, every value a tensor of first size n."},
+    {"lengths_fit", (PyCFunction)(void (*)(void))lengths_fit, METH_FASTCALL,
+     "lengths_fit(values, n): every item of a list or tuple a tensor of first size n."},
+    {"make_getitem", (PyCFunction)(void (*)(void))make_getitem, METH_FASTCALL,
+     "make_getitem(cls, member, NonTensorData, NonTensorStack, general): a C __getitem__."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef speedups_module = {
+    PyModuleDef_HEAD_INIT, "torchdict._speedups", "Optional C helpers for torchdict's hottest checks.",
+    -1, module_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&speedups_module);
+}

@@ -1,0 +1,203 @@
+"""The optional C helpers (torchdict._speedups) against their pure-Python twins and plain torch.
+
+Every helper of ``_accel`` must give the answer of a plain-torch reference, in C and in
+Python alike, and raise the same error types; the C ``TensorDict.__getitem__`` must give
+what the general Python one gives, for every kind of index. The whole suite also runs
+with ``TORCHDICT_PURE_PYTHON=1`` (scripts/test.sh), so the twins carry the library too.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from torchdict import TensorDict, _accel
+
+C = _accel._C
+needs_c = pytest.mark.skipif(C is None, reason="the C extension is not in use")
+
+
+def test_the_extension_is_built_and_used() -> None:
+    # pip builds it wherever a C compiler is present (CI included); a silent build failure
+    # would leave the library on its slower twins, so the test suite says so.
+    if os.environ.get("TORCHDICT_PURE_PYTHON", "") not in ("", "0"):
+        assert not _accel.USING_C and C is None
+    else:
+        assert _accel.USING_C, "torchdict._speedups was not built: is a C compiler installed?"
+
+
+class Refusing(torch.Tensor):
+    """A tensor class whose __torch_function__ refuses to give its length."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.Tensor.__len__ or getattr(func, "__name__", "") == "__len__":
+            raise RuntimeError("no length for you")
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class Key(str):
+    """A str subclass, accepted as a key as a str is."""
+
+
+def reference_fits(values: list, first: int) -> bool:
+    """The plain-torch statement of every check: a non-empty run of tensors of first size n > 0."""
+    return first > 0 and bool(values) and all(
+        isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == first for v in values)
+
+
+def _values() -> list:
+    return [torch.zeros(3, 2), torch.zeros(3), torch.zeros(4, 3), torch.tensor(3.0), torch.zeros(0, 3),
+            torch.nn.Parameter(torch.zeros(3, 1)), 3, [1, 2, 3], "abc", None, TensorDict(batch_size=[3])]
+
+
+def _sources() -> list:
+    sources: list = [{}]
+    for value in _values():
+        sources.append({"a": value})
+        sources.append({"a": torch.ones(3), "b": value})
+        # Past 16 entries the Python twin skips its type pass: the other branch.
+        sources.append({**{f"k{i}": torch.ones(3, 2) for i in range(20)}, "z": value})
+    sources += [{"a": torch.ones(3), 1: torch.ones(3)}, {Key("a"): torch.ones(3)},
+                {**{f"k{i}": torch.ones(3) for i in range(20)}, 7: torch.ones(3)}]
+    return sources
+
+
+def _implementations(name: str) -> list:
+    twins = [getattr(_accel, "py_" + name)]
+    return twins + ([getattr(C, name)] if C is not None else [])
+
+
+@pytest.mark.parametrize("first", [-1, 0, 1, 3, 4])
+def test_leaves_fit_is_the_reference(first: int) -> None:
+    for source in _sources():
+        expected = reference_fits(list(source.values()), first) and all(isinstance(k, str) for k in source)
+        for leaves_fit in _implementations("leaves_fit"):
+            assert leaves_fit(source, first) is expected, (leaves_fit, source)
+
+
+@pytest.mark.parametrize("first", [-1, 0, 3, 4])
+def test_lengths_fit_is_the_reference(first: int) -> None:
+    runs = [list(source.values()) for source in _sources()]
+    for values in runs + [tuple(run) for run in runs]:
+        for lengths_fit in _implementations("lengths_fit"):
+            assert lengths_fit(values, first) is reference_fits(list(values), first), (lengths_fit, values)
+
+
+def test_tensor_len_is_the_first_size() -> None:
+    for tensor in [torch.zeros(3, 2), torch.zeros(0), torch.tensor(1.0), torch.nn.Parameter(torch.zeros(5))]:
+        for tensor_len in _implementations("tensor_len"):
+            assert tensor_len(tensor) == (tensor.shape[0] if tensor.dim() else 0)
+
+
+@pytest.mark.parametrize("name, args", [
+    ("tensor_len", (3,)), ("tensor_len", ([1, 2],)), ("tensor_len", (None,)),
+    ("leaves_fit", ([torch.ones(3)], 3)), ("leaves_fit", ({"a": torch.ones(3)}, "3")),
+    ("lengths_fit", ({"a": torch.ones(3)}, 3)), ("lengths_fit", ([torch.ones(3)], None)),
+])
+def test_bad_arguments_raise_type_error(name: str, args: tuple) -> None:
+    for function in _implementations(name):
+        with pytest.raises(TypeError):
+            function(*args)
+
+
+def test_an_error_from_torch_is_not_swallowed() -> None:
+    refusing = torch.zeros(3, 2).as_subclass(Refusing)
+    for name, args in [("tensor_len", (refusing,)), ("leaves_fit", ({"a": torch.ones(3), "b": refusing}, 3)),
+                       ("lengths_fit", ([torch.ones(3), refusing], 3))]:
+        for function in _implementations(name):
+            with pytest.raises(RuntimeError, match="no length for you"):
+                function(*args)
+
+
+class Clearing(torch.Tensor):
+    """A tensor class that empties a container while its length is asked for."""
+
+    target: object = None
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if getattr(func, "__name__", "") == "__len__" and cls.target is not None:
+            cls.target.clear()  # type: ignore[attr-defined]
+            cls.target = None
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@needs_c
+def test_a_container_changed_during_the_check_is_walked_safely() -> None:
+    # The length of a tensor subclass runs Python code, which may drop the container's
+    # references: the C walk must neither crash nor read freed memory.
+    for make in (dict, list):
+        for _ in range(50):
+            tensors = [torch.zeros(3, 2).as_subclass(Clearing) for _ in range(30)]
+            container = make((f"k{i}", t) for i, t in enumerate(tensors)) if make is dict else list(tensors)
+            Clearing.target = container
+            del tensors
+            result = C.leaves_fit(container, 3) if make is dict else C.lengths_fit(container, 3)
+            assert result in (True, False)
+            assert len(container) == 0
+
+
+# ------------------------------------------------------------------ TensorDict.__getitem__
+class SubDict(TensorDict):
+    """A TensorDict subclass: its tuple keys take the general path."""
+
+    __slots__ = ()
+
+
+def _tree(cls: type = TensorDict) -> TensorDict:
+    td = cls({"a": torch.arange(6.0).reshape(3, 2), "n": {"x": torch.ones(3), "m": {"y": torch.zeros(3, 1)}}},
+             batch_size=[3])
+    td["s"] = "text"
+    td["n", "s"] = "inner"
+    td["n", "sub"] = SubDict({"z": torch.ones(3)}, batch_size=[3])
+    return td
+
+
+_INDICES = ["a", "n", "s", ("n", "x"), ("n", "m", "y"), ("n", "s"), ("n",), (), ("n", "sub"), ("n", "sub", "z"),
+            Key("a"), ("n", Key("x")), 0, -1, slice(0, 2), (0, "a"), ("n", 0), "missing", ("n", "missing"),
+            ("a", "x"), ("missing", "x"), torch.tensor([0, 2]), torch.tensor([True, False, True]), ..., None,
+            [0, 1], 3, 1.5]
+
+
+def _outcome(getitem, td: TensorDict, index: object) -> tuple:  # type: ignore[no-untyped-def]
+    try:
+        value = getitem(td, index)
+    except Exception as error:  # noqa: BLE001 - the error is the outcome compared
+        return ("raised", type(error), str(error))
+    if isinstance(value, torch.Tensor):
+        return ("tensor", type(value), value.tolist())
+    if isinstance(value, TensorDict):
+        return ("td", type(value), value.batch_size, sorted(map(str, value.keys(True, True))),
+                [leaf.tolist() for leaf in value.values(True, True) if isinstance(leaf, torch.Tensor)])
+    return ("value", value)
+
+
+@pytest.mark.parametrize("cls", [TensorDict, SubDict])
+def test_getitem_equals_the_general_python_getitem(cls: type) -> None:
+    general = _accel.python_getitem
+    assert general is not None
+    td = _tree(cls)
+    for index in _INDICES:
+        assert _outcome(type(td).__getitem__, td, index) == _outcome(general, td, index), index
+
+
+def test_getitem_reads_each_entry_as_plain_dict_code_does() -> None:
+    td = _tree()
+    assert td["a"] is td._tensordict["a"]
+    assert td["n", "m", "y"] is td._tensordict["n"]._tensordict["m"]._tensordict["y"]
+    assert td["s"] == "text" and td["n", "s"] == "inner"
+    assert td[()] is td
+    with pytest.raises(KeyError, match="missing"):
+        td["missing"]
+    with pytest.raises(KeyError, match="missing"):
+        td["n", "missing"]
+
+
+@needs_c
+def test_getitem_is_the_c_method_and_checks_its_instance() -> None:
+    method = TensorDict.__dict__["__getitem__"]
+    assert type(method).__name__ == "method_descriptor"
+    with pytest.raises(TypeError):
+        method({"a": 1}, "a")
