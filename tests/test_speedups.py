@@ -201,3 +201,57 @@ def test_getitem_is_the_c_method_and_checks_its_instance() -> None:
     assert type(method).__name__ == "method_descriptor"
     with pytest.raises(TypeError):
         method({"a": 1}, "a")
+
+
+# ------------------------------------------------------------------ tensorclass data[i]
+def _python_twin_getitem(cls: type):  # type: ignore[no-untyped-def]
+    """The generated Python ``__getitem__`` of ``cls``, the twin of the C FieldIndexer."""
+    from torchdict import _tensorclass_indexing as indexing
+    from torchdict._tensorclass_fields import TD_STATE
+
+    saved, indexing.field_indexer = indexing.field_indexer, None
+    try:
+        return indexing.make_getitem(cls, cls._tc_field_names, indexing._inherited_getitem(cls), TD_STATE)
+    finally:
+        indexing.field_indexer = saved
+
+
+def _tc_outcome(getitem, data, index: object) -> tuple:  # type: ignore[no-untyped-def]
+    try:
+        result = getitem(data, index)
+    except Exception as error:  # noqa: BLE001 - the error is the outcome compared
+        return ("raised", type(error), str(error))
+    fields = {name: (type(value), value.tolist()) if isinstance(value, torch.Tensor) else value
+              for name, value in result._tensordict.items()}
+    return (type(result), result.batch_size, result.device, fields, result.is_locked)
+
+
+@pytest.mark.filterwarnings("ignore:An index runs past the batch dims:FutureWarning")
+def test_tensorclass_indexing_equals_its_python_twin() -> None:
+    from test_tensorclass_fast_paths import MyData, _one_dim_variants
+
+    twin = _python_twin_getitem(MyData)
+    on_cpu = MyData(*[getattr(_one_dim_variants()["plain"], n) for n in ("image", "mask", "label")],
+                    batch_size=[6], device="cpu")
+    two_dim = MyData(torch.zeros(2, 3, 4), torch.ones(2, 3), torch.arange(6).reshape(2, 3), batch_size=[2, 3])
+    extra = MyData(*[getattr(on_cpu, n) for n in ("image", "mask", "label")], batch_size=[6])
+    extra.__dict__["extra"] = torch.arange(6)  # storage beyond the fields, the lazy state kept
+    variants = {**_one_dim_variants(), "on_cpu": on_cpu, "two_dim": two_dim, "extra": extra}
+    for name, data in variants.items():
+        for index in [0, 1, -1, 5, 6, -7, slice(1, 4), slice(None, None, 2), slice(4, 1), slice(None, None, -1),
+                      (0, 1), torch.tensor([0, 1]), True, None, ..., 1.5]:
+            assert _tc_outcome(MyData.__getitem__, data, index) == _tc_outcome(twin, data, index), (name, index)
+
+
+@needs_c
+def test_field_indexer_is_a_method() -> None:
+    from test_tensorclass_fast_paths import MyData, _one_dim_variants
+
+    data = _one_dim_variants()["plain"]
+    indexer = MyData.__dict__["__getitem__"]
+    assert type(indexer) is C.FieldIndexer and MyData.__getitem__ is indexer
+    assert torch.equal(data.__getitem__(2).label, data.label[2])  # bound through the descriptor
+    with pytest.raises(TypeError):
+        indexer(data)
+    with pytest.raises(TypeError):
+        indexer(data, 1, index=2)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from torchdict import TensorDict, tensorclass
+from torchdict._tensorclass_indexing import _is_generated
 
 
 @tensorclass
@@ -125,7 +126,7 @@ def test_one_dim_list_batch_construction_validates_every_field(case):
 
 
 def test_each_class_gets_a_generated_getitem_unless_it_writes_its_own():
-    assert getattr(MyData.__dict__["__getitem__"], "_tc_generated", False)
+    assert _is_generated(MyData.__dict__["__getitem__"])
 
     @tensorclass
     class Own:
@@ -149,7 +150,7 @@ def test_frozen_by_option_after_the_class_is_built_uses_the_locking_path():
     class Point(TensorClass):
         x: torch.Tensor
 
-    assert getattr(Point.__dict__["__getitem__"], "_tc_generated", False)
+    assert _is_generated(Point.__dict__["__getitem__"])
     frozen = tensorclass(frozen=True)(Point)
     assert "__getitem__" not in frozen.__dict__
     result = frozen(torch.arange(4.0), batch_size=[4])[1:3]

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ["USING_C", "tensor_len", "leaves_fit", "lengths_fit", "install_getitem"]
+__all__ = ["USING_C", "tensor_len", "leaves_fit", "lengths_fit", "field_indexer", "FieldIndexer", "install_tensordict_getitem"]
 
 _TensorBase: Any = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None))
 _Tensor = torch.Tensor
@@ -95,14 +95,18 @@ def py_lengths_fit(values: Any, first: int) -> bool:
 tensor_len: Callable[[Any], int] = _C.tensor_len if _C is not None else py_tensor_len
 leaves_fit: Callable[[dict, int], bool] = _C.leaves_fit if _C is not None else py_leaves_fit
 lengths_fit: Callable[[Any, int], bool] = _C.lengths_fit if _C is not None else py_lengths_fit
+#: ``make_field_indexer(names, state, general, no_batch, Tensor)``: a tensorclass's ``data[i]``
+#: in C (see _tensorclass_indexing, whose generated Python code is its twin); None without C.
+field_indexer: Optional[Callable] = _C.make_field_indexer if _C is not None else None
+FieldIndexer: Optional[type] = _C.FieldIndexer if _C is not None else None
 
 
-#: The Python ``TensorDict.__getitem__`` (set by install_getitem): the general path the C
+#: The Python ``TensorDict.__getitem__`` (set by install_tensordict_getitem): the general path the C
 #: method hands over to, kept here so that tests can compare the two.
 python_getitem: Optional[Callable] = None
 
 
-def install_getitem(cls: type, non_tensor_types: tuple) -> None:
+def install_tensordict_getitem(cls: type, non_tensor_types: tuple) -> None:
     """Give ``cls`` (TensorDict) a C ``__getitem__`` when the extension is built.
 
     The C method answers an exact str key found in ``cls._tensordict`` and a tuple of exact

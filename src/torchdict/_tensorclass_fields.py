@@ -66,7 +66,8 @@ class FieldStorage(TensorCollection):
     _tc_frozen = False
 
 
-set_td = FieldStorage.__dict__["_td"].__set__
+TD_STATE = FieldStorage.__dict__["_td"]  # the descriptor of the instances' _td slot
+set_td = TD_STATE.__set__
 set_instance_dict = FieldStorage.__dict__["__dict__"].__set__
 
 
@@ -310,7 +311,7 @@ def install_fields(cls: type, fields: tuple) -> None:
     cls._tc_fields = {spec.name: spec for spec in specs}
     cls._tc_field_names = tuple(spec.name for spec in specs)
     cls._tc_field_set = frozenset(cls._tc_field_names)
-    install_getitem(cls, set_td)
+    install_getitem(cls, TD_STATE)
     previous_init = cls.__dict__.get("__init__")
     if previous_init is None or getattr(previous_init, "_tc_generated", False):
         cls.__init__ = make_init(cls, specs)

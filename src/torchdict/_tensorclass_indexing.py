@@ -18,6 +18,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ._accel import field_indexer, FieldIndexer
 from ._convert import tensor_len
 from ._indexing import NO_BATCH
 
@@ -57,10 +58,17 @@ def _generated_source(names: tuple) -> str:
     ])
 
 
-def make_getitem(cls: type, names: tuple, general: Callable, set_td: Callable) -> Callable:
-    """The ``__getitem__`` of ``cls`` (fields ``names``), falling back on ``general``."""
+def make_getitem(cls: type, names: tuple, general: Callable, state: Any) -> Callable:
+    """The ``__getitem__`` of ``cls`` (fields ``names``), falling back on ``general``.
+
+    ``state`` is the descriptor of the instances' ``_td`` slot. With the C helpers built, the
+    method is their ``FieldIndexer`` (the same steps without a Python frame); otherwise it is
+    generated here.
+    """
+    if field_indexer is not None:
+        return field_indexer(tuple(names), state, general, NO_BATCH, torch.Tensor)
     namespace: dict = {"_tc_Tensor": torch.Tensor, "_tc_NO_BATCH": NO_BATCH, "_tc_len": tensor_len,
-                       "_tc_object_new": object.__new__, "_tc_set_td": set_td, "_tc_general": general}
+                       "_tc_object_new": object.__new__, "_tc_set_td": state.__set__, "_tc_general": general}
     exec(_generated_source(names), namespace)  # noqa: S102 - generated from field names only
     getitem = namespace["__getitem__"]
     getitem.__qualname__ = f"{cls.__qualname__}.__getitem__"
@@ -69,27 +77,31 @@ def make_getitem(cls: type, names: tuple, general: Callable, set_td: Callable) -
     return getitem
 
 
+def _is_generated(method: Any) -> bool:
+    return getattr(method, _MARK, False) or (field_indexer is not None and type(method) is FieldIndexer)
+
+
 def _inherited_getitem(cls: type) -> Optional[Callable]:
     """The ``__getitem__`` ``cls`` gets from its bases, generated ones skipped."""
     for base in cls.__mro__[1:]:
         method = base.__dict__.get("__getitem__")
-        if method is not None and not getattr(method, _MARK, False):
+        if method is not None and not _is_generated(method):
             return method
     return None
 
 
-def install_getitem(cls: type, set_td: Callable) -> None:
+def install_getitem(cls: type, state: Any) -> None:
     """Give ``cls`` its generated ``__getitem__`` (or take it away when it no longer applies).
 
     A ``__getitem__`` written by the user, on the class or on a base, is kept. A frozen class
     uses the general path, which locks the result.
     """
     own: Any = cls.__dict__.get("__getitem__")
-    if own is not None and not getattr(own, _MARK, False):
+    if own is not None and not _is_generated(own):
         return
     general = _inherited_getitem(cls)
     names = cls._tc_field_names
     if getattr(general, "_tc_general", False) and names and not cls._tc_options["frozen"]:
-        cls.__getitem__ = make_getitem(cls, names, general, set_td)
+        cls.__getitem__ = make_getitem(cls, names, general, state)
     elif own is not None:
         del cls.__getitem__

@@ -41,8 +41,8 @@ import torch
 from ._saved_classes import register_saved_class
 from ._tensorclass_delegation import TensorDictMethods, install_delegates
 from ._tensorclass_delegation import _rebuild  # noqa: F401 - pickles written before the split name it here
-from ._tensorclass_fields import (OPTION_NAMES, declare_fields, install_fields, is_tensorclass_type, make_init,
-                                  no_field_error, set_field, set_instance_dict, set_td)
+from ._tensorclass_fields import (OPTION_NAMES, TD_STATE, declare_fields, install_fields, is_tensorclass_type,
+                                  make_init, no_field_error, set_field, set_instance_dict, set_td)
 from ._tensorclass_indexing import install_getitem
 from .tensordict import TensorDict
 
@@ -311,7 +311,7 @@ def tensorclass(cls: Any = None, /, *, autocast: bool = False, frozen: bool = Fa
                 spec.apply_options()
             if getattr(user_cls.__dict__.get("__init__"), "_tc_generated", False):
                 user_cls.__init__ = make_init(user_cls, list(user_cls._tc_fields.values()))
-            install_getitem(user_cls, set_td)  # frozen now: the general path, which locks
+            install_getitem(user_cls, TD_STATE)  # frozen now: the general path, which locks
             return user_cls
         skipped = {"__dict__", "__weakref__"}
         slots = user_cls.__dict__.get("__slots__", ())

@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import torch
 
 from . import _keyops
-from ._accel import install_getitem, leaves_fit, tensor_len as _tensor_len
+from ._accel import install_tensordict_getitem, leaves_fit, tensor_len as _tensor_len
 from ._apply import ApplyMixin
 from ._base import TensorCollection
 from ._constructors import ConstructorsMixin
@@ -764,7 +764,7 @@ class TensorDict(
                            self._is_locked))
 
 
-install_getitem(TensorDict, _NON_TENSOR)  # td["key"] in C when the extension is built
+install_tensordict_getitem(TensorDict, _NON_TENSOR)  # td["key"] in C when the extension is built
 
 
 def _rebuild(cls: type, storage: dict, batch_size: torch.Size, device: Any, names: Any, locked: bool) -> TensorDict:
