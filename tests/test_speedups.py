@@ -255,3 +255,97 @@ def test_field_indexer_is_a_method() -> None:
         indexer(data)
     with pytest.raises(TypeError):
         indexer(data, 1, index=2)
+
+
+# ------------------------------------------------------------------ tensorclass Cls(*tensors, batch_size=[n])
+def _init_outcome(init, cls: type, args: tuple, kwargs: dict) -> tuple:  # type: ignore[no-untyped-def]
+    data = object.__new__(cls)
+    try:
+        init(data, *args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - the error is the outcome compared
+        return ("raised", type(error), str(error))
+    fields = {name: (type(value), value.tolist()) if isinstance(value, torch.Tensor) else value
+              for name, value in data._tensordict.items()}
+    return (data.batch_size, type(data.batch_size), data.device, fields, list(data._tensordict.keys()))
+
+
+def _init_calls() -> list:
+    image, mask, label = torch.randn(4, 3), torch.zeros(4, 1, dtype=torch.bool), torch.arange(4)
+    return [
+        ((image, mask, label), {"batch_size": [4]}),
+        ((image, mask, label), {"batch_size": [3]}),
+        ((image, mask, label), {"batch_size": [0]}),
+        ((image, mask, label), {"batch_size": [-1]}),
+        ((torch.tensor(1.0), torch.tensor(True), torch.tensor(3)), {"batch_size": [0]}),  # C length 0, yet no fit
+        ((image[:0], mask[:0], label[:0]), {"batch_size": [0]}),
+        ((image, mask, label), {"batch_size": [True]}),
+        ((image, mask, label), {"batch_size": [2 ** 70]}),
+        ((image, mask, label), {"batch_size": [4, 1]}),
+        ((image, mask, label), {"batch_size": (4,)}),
+        ((image, mask, label), {"batch_size": torch.Size([4])}),
+        ((image, mask, label), {}),
+        ((image, mask, label), {"batch_size": [4], "device": "cpu"}),
+        ((image, mask, label), {"batch_size": [4], "names": ["n"]}),
+        ((image, mask, label), {"batch_size": [4], "other": 1}),
+        ((image, mask), {"batch_size": [4]}),
+        ((image, mask, label, label), {"batch_size": [4]}),
+        ((image, mask), {"label": label, "batch_size": [4]}),
+        ((torch.nn.Parameter(image), mask, label), {"batch_size": [4]}),
+        ((image, mask, torch.tensor(3)), {"batch_size": [4]}),
+        ((image, mask, [0, 1, 2, 3]), {"batch_size": [4]}),
+        ((image, mask, 7), {"batch_size": [4]}),
+        ((image, mask, None), {"batch_size": [4]}),
+        ((image, mask, "text"), {"batch_size": [4]}),
+        ((image, mask, TensorDict(batch_size=[4])), {"batch_size": [4]}),
+    ]
+
+
+def test_tensorclass_construction_equals_its_python_twin() -> None:
+    from test_tensorclass_fast_paths import MyData
+
+    init = MyData.__dict__["__init__"]
+    twin = getattr(init, "__wrapped__", init)
+    for args, kwargs in _init_calls():
+        assert _init_outcome(init, MyData, args, kwargs) == _init_outcome(twin, MyData, args, kwargs), (args, kwargs)
+
+
+def test_tensorclass_construction_error_from_torch_is_not_swallowed() -> None:
+    from test_tensorclass_fast_paths import MyData
+
+    refusing = torch.zeros(4, 2).as_subclass(Refusing)
+    with pytest.raises(RuntimeError, match="no length for you"):
+        MyData(torch.zeros(4), refusing, torch.zeros(4), batch_size=[4])
+
+
+@needs_c
+def test_field_init_fronts_only_the_classes_it_can_finish() -> None:
+    import inspect
+
+    from test_tensorclass_fast_paths import MyData
+
+    from torchdict import tensorclass
+
+    init = MyData.__dict__["__init__"]
+    assert type(init) is C.FieldInit and init._tc_generated and init.__qualname__ == "MyData.__init__"
+    assert list(inspect.signature(MyData).parameters)[:3] == ["image", "mask", "label"]
+
+    @tensorclass
+    class WithDefault:
+        x: torch.Tensor
+        y: torch.Tensor = None
+
+    @tensorclass
+    class WithPostInit:
+        x: torch.Tensor
+
+        def __post_init__(self) -> None:
+            self.x = self.x + 1
+
+    @tensorclass(frozen=True)
+    class Frozen:
+        x: torch.Tensor
+
+    for cls in (WithDefault, WithPostInit, Frozen):
+        assert type(cls.__dict__["__init__"]) is not C.FieldInit, cls
+    assert torch.equal(WithPostInit(torch.zeros(2), batch_size=[2]).x, torch.ones(2))
+    assert Frozen(torch.zeros(2), batch_size=[2]).is_locked

@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ["USING_C", "tensor_len", "leaves_fit", "lengths_fit", "field_indexer", "FieldIndexer", "install_tensordict_getitem"]
+__all__ = ["USING_C", "tensor_len", "leaves_fit", "lengths_fit", "field_indexer", "FieldIndexer", "field_init", "install_tensordict_getitem"]
 
 _TensorBase: Any = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None))
 _Tensor = torch.Tensor
@@ -99,6 +99,9 @@ lengths_fit: Callable[[Any, int], bool] = _C.lengths_fit if _C is not None else 
 #: in C (see _tensorclass_indexing, whose generated Python code is its twin); None without C.
 field_indexer: Optional[Callable] = _C.make_field_indexer if _C is not None else None
 FieldIndexer: Optional[type] = _C.FieldIndexer if _C is not None else None
+#: ``make_field_init(names, state, general)``: a tensorclass's ``Cls(*tensors, batch_size=[n])``
+#: in C, in front of its generated Python ``__init__`` (see _tensorclass_fields.make_init).
+field_init: Optional[Callable] = _C.make_field_init if _C is not None else None
 
 
 #: The Python ``TensorDict.__getitem__`` (set by install_tensordict_getitem): the general path the C

@@ -86,8 +86,15 @@ tensor_len(PyObject *Py_UNUSED(module), PyObject *value)
 static int
 parse_size(PyObject *arg, Py_ssize_t *out)
 {
+    /* An int too large for any size reads as -1: no tensor fits (TypeError for a non-int). */
     *out = PyLong_AsSsize_t(arg);
-    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+    if (*out == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            return -1;
+        }
+        PyErr_Clear();
+    }
+    return 0;
 }
 
 /* 1 when size fits, 0 when not (or not a tensor), -1 on an error other than TypeError. A
@@ -466,6 +473,22 @@ static PyTypeObject FieldIndexerType = {
     .tp_dealloc = (destructor)indexer_dealloc,
 };
 
+static int
+check_names(PyObject *names)
+{
+    if (!PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) == 0 || PyTuple_GET_SIZE(names) > MAX_FAST_FIELDS) {
+        PyErr_Format(PyExc_TypeError, "expected a tuple of 1 to %d field names", MAX_FAST_FIELDS);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(names, i))) {
+            PyErr_SetString(PyExc_TypeError, "field names must be str");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static PyObject *
 make_field_indexer(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -475,15 +498,8 @@ make_field_indexer(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
         return NULL;
     }
     PyObject *names = args[0];
-    if (!PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) == 0) {
-        PyErr_SetString(PyExc_TypeError, "make_field_indexer expects a non-empty tuple of field names");
+    if (check_names(names) < 0) {
         return NULL;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
-        if (!PyUnicode_CheckExact(PyTuple_GET_ITEM(names, i))) {
-            PyErr_SetString(PyExc_TypeError, "field names must be str");
-            return NULL;
-        }
     }
     PyTypeObject *descr_type = Py_TYPE(args[1]);
     if (descr_type->tp_descr_get == NULL || descr_type->tp_descr_set == NULL || !PyCallable_Check(args[2])
@@ -503,6 +519,174 @@ make_field_indexer(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     ix->plain = (PyTypeObject *)Py_NewRef(args[4]);
     PyObject_GC_Track(ix);
     return (PyObject *)ix;
+}
+
+/* ------------------------------------------------------------------ tensorclass Cls(*tensors, batch_size=[n])
+ * FieldInit: the __init__ of one tensorclass for its commonest call, every field given by
+ * position as a tensor whose first size is n, and batch_size=[n] (a one-item list of an
+ * int n > 0) the only keyword. It stores the tensors in the instance dict and sets the
+ * (batch, device) state, as the first branch of the generated Python __init__ does
+ * (_tensorclass_fields.make_init); every other call goes to that Python __init__. Only made
+ * for classes whose fields are all positional, with no defaults, no __post_init__ and not
+ * frozen. Instances take attributes (a __dict__), so that it can carry the same marks as
+ * the Python function it fronts. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    PyObject *names;    /* the field names, a tuple of str */
+    PyObject *state;    /* the member descriptor of the instance's (batch, device) state */
+    PyObject *general;  /* the generated Python __init__ */
+} FieldInit;
+
+static PyObject *batch_size_name = NULL;
+
+static int
+is_batch_size_keyword(PyObject *kwnames)
+{
+    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) != 1) {
+        return 0;
+    }
+    PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+    return name == batch_size_name || (PyUnicode_CheckExact(name) && PyUnicode_Compare(name, batch_size_name) == 0);
+}
+
+/* 1 when the call was taken here, 0 for the general path, -1 on an error. */
+static int
+init_fast(FieldInit *ix, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(ix->names);
+    if (nargs != n + 1 || !is_batch_size_keyword(kwnames)) {
+        return 0;
+    }
+    PyObject *batch = args[nargs];
+    if (!PyList_CheckExact(batch) || PyList_GET_SIZE(batch) != 1 || !PyLong_CheckExact(PyList_GET_ITEM(batch, 0))) {
+        return 0;
+    }
+    PyObject *b0 = PyList_GET_ITEM(batch, 0);
+    int overflow;
+    long long first = PyLong_AsLongLongAndOverflow(b0, &overflow);
+    if (overflow || first <= 0 || first > PY_SSIZE_T_MAX) {
+        return 0;
+    }
+    Py_INCREF(b0);  /* the list may change while torch runs Python code */
+    for (Py_ssize_t i = 1; i <= n; i++) {
+        int ok = fits(args[i], (Py_ssize_t)first);
+        if (ok <= 0) {
+            Py_DECREF(b0);
+            return ok;
+        }
+    }
+    PyObject *self = args[0];
+    PyObject *out = PyObject_GenericGetDict(self, NULL);
+    PyObject *new_batch = out == NULL ? NULL : PyTuple_Pack(1, b0);
+    PyObject *new_state = new_batch == NULL ? NULL : PyTuple_Pack(2, new_batch, Py_None);
+    Py_DECREF(b0);
+    Py_XDECREF(new_batch);
+    if (new_state == NULL) {
+        Py_XDECREF(out);
+        return -1;
+    }
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        failed = PyDict_SetItem(out, PyTuple_GET_ITEM(ix->names, i), args[i + 1]) < 0;
+    }
+    Py_DECREF(out);
+    if (!failed) {
+        failed = Py_TYPE(ix->state)->tp_descr_set(ix->state, self, new_state) < 0;
+    }
+    Py_DECREF(new_state);
+    return failed ? -1 : 1;
+}
+
+static PyObject *
+init_vectorcall(FieldInit *ix, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    int taken = nargs >= 1 ? init_fast(ix, args, nargs, kwnames) : 0;
+    if (taken < 0) {
+        return NULL;
+    }
+    if (taken) {
+        Py_RETURN_NONE;
+    }
+    return PyObject_Vectorcall(ix->general, args, nargsf, kwnames);
+}
+
+static int
+init_traverse(FieldInit *ix, visitproc visit, void *arg)
+{
+    Py_VISIT(ix->dict);
+    Py_VISIT(ix->names);
+    Py_VISIT(ix->state);
+    Py_VISIT(ix->general);
+    return 0;
+}
+
+static int
+init_clear(FieldInit *ix)
+{
+    Py_CLEAR(ix->dict);
+    Py_CLEAR(ix->names);
+    Py_CLEAR(ix->state);
+    Py_CLEAR(ix->general);
+    return 0;
+}
+
+static void
+init_dealloc(FieldInit *ix)
+{
+    PyObject_GC_UnTrack(ix);
+    init_clear(ix);
+    Py_TYPE(ix)->tp_free((PyObject *)ix);
+}
+
+static PyTypeObject FieldInitType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "torchdict._speedups.FieldInit",
+    .tp_basicsize = sizeof(FieldInit),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "Cls(*tensors, batch_size=[n]) for one tensorclass, in C; other calls go to its Python __init__.",
+    .tp_vectorcall_offset = offsetof(FieldInit, vectorcall),
+    .tp_dictoffset = offsetof(FieldInit, dict),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = indexer_get,
+    .tp_getattro = PyObject_GenericGetAttr,
+    .tp_setattro = PyObject_GenericSetAttr,
+    .tp_traverse = (traverseproc)init_traverse,
+    .tp_clear = (inquiry)init_clear,
+    .tp_dealloc = (destructor)init_dealloc,
+};
+
+static PyObject *
+make_field_init(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    /* (field names, the state member descriptor, the Python __init__) -> a FieldInit */
+    if (check_args("make_field_init", nargs, 3) < 0 || check_ready() < 0) {
+        return NULL;
+    }
+    if (check_names(args[0]) < 0) {
+        return NULL;
+    }
+    PyTypeObject *descr_type = Py_TYPE(args[1]);
+    if (descr_type->tp_descr_get == NULL || descr_type->tp_descr_set == NULL || !PyCallable_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "make_field_init expects a data descriptor and a callable");
+        return NULL;
+    }
+    if (batch_size_name == NULL && (batch_size_name = PyUnicode_InternFromString("batch_size")) == NULL) {
+        return NULL;
+    }
+    FieldInit *init = PyObject_GC_New(FieldInit, &FieldInitType);
+    if (init == NULL) {
+        return NULL;
+    }
+    init->vectorcall = (vectorcallfunc)init_vectorcall;
+    init->dict = NULL;
+    init->names = Py_NewRef(args[0]);
+    init->state = Py_NewRef(args[1]);
+    init->general = Py_NewRef(args[2]);
+    PyObject_GC_Track(init);
+    return (PyObject *)init;
 }
 
 static PyObject *
@@ -531,6 +715,8 @@ static PyMethodDef module_methods[] = {
      "lengths_fit(values, n): every item of a list or tuple a tensor of first size n."},
     {"make_field_indexer", (PyCFunction)(void (*)(void))make_field_indexer, METH_FASTCALL,
      "make_field_indexer(names, state, general, no_batch, Tensor): a tensorclass's data[i] in C."},
+    {"make_field_init", (PyCFunction)(void (*)(void))make_field_init, METH_FASTCALL,
+     "make_field_init(names, state, general): a tensorclass's Cls(*tensors, batch_size=[n]) in C."},
     {"make_getitem", (PyCFunction)(void (*)(void))make_getitem, METH_FASTCALL,
      "make_getitem(cls, member, NonTensorData, NonTensorStack, general): a C __getitem__."},
     {NULL, NULL, 0, NULL},
@@ -544,7 +730,7 @@ static struct PyModuleDef speedups_module = {
 PyMODINIT_FUNC
 PyInit__speedups(void)
 {
-    if (PyType_Ready(&FieldIndexerType) < 0) {
+    if (PyType_Ready(&FieldIndexerType) < 0 || PyType_Ready(&FieldInitType) < 0) {
         return NULL;
     }
     if (empty_tuple == NULL && (empty_tuple = PyTuple_New(0)) == NULL) {
@@ -554,7 +740,8 @@ PyInit__speedups(void)
     if (module == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(module, "FieldIndexer", (PyObject *)&FieldIndexerType) < 0) {
+    if (PyModule_AddObjectRef(module, "FieldIndexer", (PyObject *)&FieldIndexerType) < 0
+            || PyModule_AddObjectRef(module, "FieldInit", (PyObject *)&FieldInitType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

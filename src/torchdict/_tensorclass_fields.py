@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._accel import lengths_fit
+from ._accel import field_init, lengths_fit
 from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
 from ._tensorclass_indexing import install_getitem
 from .nontensor import NonTensorData, NonTensorStack
@@ -425,6 +425,15 @@ def make_init(cls: type, specs: list) -> Callable:
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     init._tc_generated = True
+    if (field_init is not None and fast and names and len(positional) == len(specs)
+            and not any(spec.has_default for spec in specs) and not _init_epilogue(cls, this, indent="")):
+        # Cls(*tensors, batch_size=[n]) in C (the first branch above, without a Python frame);
+        # every other call goes to the Python __init__, which it carries as __wrapped__.
+        c_init = field_init(tuple(names), TD_STATE, init)
+        for attribute in ("__qualname__", "__module__", "__doc__", "_tc_generated"):
+            setattr(c_init, attribute, getattr(init, attribute))
+        c_init.__wrapped__ = init
+        return c_init
     return init
 
 
