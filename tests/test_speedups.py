@@ -349,3 +349,73 @@ def test_field_init_fronts_only_the_classes_it_can_finish() -> None:
         assert type(cls.__dict__["__init__"]) is not C.FieldInit, cls
     assert torch.equal(WithPostInit(torch.zeros(2), batch_size=[2]).x, torch.ones(2))
     assert Frozen(torch.zeros(2), batch_size=[2]).is_locked
+
+
+# ------------------------------------------------------------------ apply on a plain tree
+@pytest.mark.parametrize("keys", [{"a": 0, "b": 1, "c": 2, "d": 3}, ["a", "b", "c", "d"]], ids=["dict", "list"])
+def test_zip_dict_is_dict_of_zip(keys: object) -> None:
+    values = [torch.tensor(i) for i in range(6)]
+    for start, count in [(0, 0), (0, 4), (1, 3), (2, 4), (5, 1), (0, 6)]:
+        expected = dict(zip(keys, values[start:start + count]))  # type: ignore[call-overload]
+        for zip_dict in _implementations("zip_dict"):
+            result = zip_dict(keys, values, start, count)
+            assert list(result) == list(expected) and all(result[k] is expected[k] for k in expected)
+
+
+def test_zip_dict_refuses_bad_arguments() -> None:
+    for zip_dict in _implementations("zip_dict"):
+        with pytest.raises(TypeError):
+            zip_dict(("a",), [1], 0, 1)
+        with pytest.raises(ValueError):
+            zip_dict(["a"], [1], 1, 1)
+
+
+def _trees() -> dict:
+    leaf = torch.zeros(3, 2)
+    flat = TensorDict({f"k{i}": leaf.clone() for i in range(5)}, batch_size=[3])
+    nested = TensorDict({"a": leaf, "b": leaf + 1, "sub": {"c": leaf, "deeper": {"d": leaf}}, "e": leaf},
+                        batch_size=[3])  # "e" after a sub-TensorDict: an unordered level
+    ordered = TensorDict({"a": leaf, "sub": {"c": leaf, "s2": {"d": leaf}}}, batch_size=[3])
+    empty_sub = TensorDict({"a": leaf, "sub": {}}, batch_size=[3])
+    with_text = ordered.clone()
+    with_text["sub", "text"] = "not a tensor"
+    with_param = ordered.clone()
+    with_param["sub", "p"] = torch.nn.Parameter(torch.zeros(3))
+    longer = ordered.clone()
+    longer["sub", "wide"] = TensorDict({"w": torch.zeros(3, 4)}, batch_size=[3, 4])
+    other_class = ordered.clone()
+    other_class["sub", "other"] = SubDict({"z": torch.zeros(3)}, batch_size=[3])
+    return {"flat": flat, "nested": nested, "ordered": ordered, "empty": TensorDict(batch_size=[3]),
+            "empty_sub": empty_sub, "with_text": with_text, "with_param": with_param, "longer": longer,
+            "other_class": other_class, "sub_root": SubDict({"a": leaf, "s": SubDict({"b": leaf}, [3])}, [3])}
+
+
+def _comparable(collected: object) -> object:
+    if collected is None:
+        return None
+    leaves, levels = collected  # type: ignore[misc]
+    return ([id(leaf) for leaf in leaves],
+            [(id(td), id(keys) if type(keys) is dict else list(keys), start, count,
+              [(key, id(sub)) for key, sub in subs], ordered, path)
+             for td, keys, start, count, subs, ordered, path in levels])
+
+
+def test_collect_tree_equals_its_python_twin() -> None:
+    from torchdict._apply_tree import py_collect_tree
+
+    for name, td in _trees().items():
+        expected = py_collect_tree(td, td.batch_size)
+        assert (expected is None) == (name in {"with_text", "with_param", "longer", "other_class"}), name
+        if C is not None:
+            assert _comparable(C.collect_tree(td, td.batch_size, type(td)._batch_size)) == _comparable(expected), name
+
+
+@pytest.mark.parametrize("name", sorted(_trees()))
+def test_apply_on_every_tree_equals_per_leaf_torch(name: str) -> None:
+    td = _trees()[name]
+    result = td.apply(lambda tensor: tensor * 2 + 1)
+    assert type(result) is type(td)
+    assert list(result.keys(True, True)) == list(td.keys(True, True))
+    for key, value in td.items(True, True):
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(result[key], value * 2 + 1), key

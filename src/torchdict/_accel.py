@@ -18,7 +18,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ["USING_C", "tensor_len", "leaves_fit", "lengths_fit", "field_indexer", "FieldIndexer", "field_init", "install_tensordict_getitem"]
+__all__ = ["USING_C", "tensor_len", "leaves_fit", "lengths_fit", "zip_dict", "collect_tree", "field_indexer",
+           "FieldIndexer", "field_init", "install_tensordict_getitem"]
 
 _TensorBase: Any = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None))
 _Tensor = torch.Tensor
@@ -31,7 +32,7 @@ def _load_extension() -> Optional[Any]:
         from . import _speedups  # type: ignore[attr-defined]
     except ImportError:
         return None
-    _speedups.setup(_TensorBase)
+    _speedups.setup(_TensorBase, _Tensor)
     return _speedups
 
 
@@ -91,10 +92,23 @@ def py_lengths_fit(values: Any, first: int) -> bool:
         return False
 
 
+def py_zip_dict(keys: Any, values: list, start: int, count: int) -> dict:
+    """``{keys[i]: values[start + i]}`` for the first ``count`` keys of ``keys`` (a dict or a list)."""
+    if type(keys) is not dict and type(keys) is not list or type(values) is not list:
+        raise TypeError("zip_dict expects a dict or list of keys and a list of values")
+    if start < 0 or count < 0 or start + count > len(values):
+        raise ValueError("zip_dict: start and count out of range")
+    return dict(zip(keys, values[start:start + count]))
+
+
 # ------------------------------------------------------------------ the picks
 tensor_len: Callable[[Any], int] = _C.tensor_len if _C is not None else py_tensor_len
 leaves_fit: Callable[[dict, int], bool] = _C.leaves_fit if _C is not None else py_leaves_fit
 lengths_fit: Callable[[Any, int], bool] = _C.lengths_fit if _C is not None else py_lengths_fit
+zip_dict: Callable[[Any, list, int, int], dict] = _C.zip_dict if _C is not None else py_zip_dict
+#: ``collect_tree(td, batch_size, batch_member)``: the first pass of apply on a plain tree, in C;
+#: None without C (its twin is _apply_tree.py_collect_tree).
+collect_tree: Optional[Callable] = _C.collect_tree if _C is not None else None
 #: ``make_field_indexer(names, state, general, no_batch, Tensor)``: a tensorclass's ``data[i]``
 #: in C (see _tensorclass_indexing, whose generated Python code is its twin); None without C.
 field_indexer: Optional[Callable] = _C.make_field_indexer if _C is not None else None

@@ -12,6 +12,10 @@ then its sub-TensorDicts, depth first), so the calls and their order are the sam
 one difference is that when a result is refused (a wrong batch), ``fn`` has already run
 on every leaf, not only on those before it. For any other tree, :func:`plain_tree_storage`
 returns None before calling anything.
+
+The collection and each level's result dict are built in C when the extension is built
+(``collect_tree``, ``zip_dict`` of ``_accel``); :func:`py_collect_tree` is the collector's
+pure-Python twin.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from typing import Any, Optional
 
 import torch
 
-from ._accel import lengths_fit
+from ._accel import collect_tree, lengths_fit, zip_dict
 
 _Tensor = torch.Tensor
 _ONLY_TENSOR = {_Tensor}
@@ -29,19 +33,11 @@ _not = operator.not_
 _is = operator.is_
 
 
-class _Level:
-    """One TensorDict of the tree: its tensor keys, its sub-TensorDicts, where its leaves start."""
-
-    __slots__ = ("td", "keys", "start", "count", "subs", "ordered", "path")
-
-    def __init__(self, td: Any, keys: Any, start: int, count: int, subs: list, ordered: bool, path: tuple) -> None:
-        self.td = td
-        self.keys = keys  # the tensors' keys first (the storage itself when they come first)
-        self.start = start  # where its tensors start in the list of all leaves
-        self.count = count  # how many tensors
-        self.subs = subs  # [(key, sub-TensorDict)], in storage order
-        self.ordered = ordered  # the tensors come before the sub-TensorDicts in the storage
-        self.path = path
+# A level of the tree, as both collectors give it: (td, keys, start, count, subs, ordered, path):
+# the TensorDict; its tensors' keys (the storage itself when they come first: zip stops after
+# them); where its tensors start in the list of all leaves and how many there are; its
+# sub-TensorDicts as [(key, sub)] in storage order; whether the tensors come before the
+# sub-TensorDicts in the storage; its key path from the root.
 
 
 def plain_tree_storage(run: Any, td: Any, batch_size: torch.Size) -> Optional[dict]:
@@ -50,16 +46,28 @@ def plain_tree_storage(run: Any, td: Any, batch_size: torch.Size) -> Optional[di
     if (n_batch > 1 or (n_batch == 1 and batch_size[0] <= 0) or batch_size is not td._batch_size
             or run.device is not None):
         return None  # another batch or a device to move to: the per-level path
-    leaves: list = []
-    levels: list = []
-    if not _collect(td, {_Tensor, type(td)}, batch_size, (), leaves, levels):
+    if collect_tree is not None:
+        collected = collect_tree(td, batch_size, type(td)._batch_size)  # the slot's descriptor
+    else:
+        collected = py_collect_tree(td, batch_size)
+    if collected is None:
         return None
+    leaves, levels = collected
     results = list(map(run.fn, leaves))
     if n_batch:
         fits = lengths_fit(results, batch_size[0])  # False sends None, a number...: to the per-result checks
     else:
         fits = set(map(type, results)) == _ONLY_TENSOR
     return _rebuild(run, iter(levels), results, batch_size, fits)
+
+
+def py_collect_tree(td: Any, batch_size: torch.Size) -> Optional[tuple]:
+    """``(leaves, levels)`` of a plain tree, depth first, or None: the twin of the C collect_tree."""
+    leaves: list = []
+    levels: list = []
+    if not _collect(td, {_Tensor, type(td)}, batch_size, (), leaves, levels):
+        return None
+    return leaves, levels
 
 
 def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves: list, levels: list) -> bool:
@@ -74,7 +82,7 @@ def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves:
     start = len(leaves)
     if types == _ONLY_TENSOR or not types:
         leaves.extend(values)
-        levels.append(_Level(td, storage, start, len(storage), [], True, path))
+        levels.append((td, storage, start, len(storage), [], True, path))
         return True
     if not types <= allowed:
         return False
@@ -98,7 +106,7 @@ def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves:
     for _, sub in subs:
         if sub._batch_size != batch_size:
             return False  # a longer batch: the per-level path handles it
-    levels.append(_Level(td, keys, start, n_tensors, subs, ordered, path))
+    levels.append((td, keys, start, n_tensors, subs, ordered, path))
     for key, sub in subs:
         if not _collect(sub, allowed, batch_size, path + (key,), leaves, levels):
             return False
@@ -107,30 +115,25 @@ def _collect(td: Any, allowed: set, batch_size: torch.Size, path: tuple, leaves:
 
 def _rebuild(run: Any, levels: Any, results: list, batch_size: torch.Size, fits: bool) -> dict:
     """The storage of the next level (and, recursively, of its sub-TensorDicts)."""
-    level = next(levels)
-    keys = level.keys
-    start = level.start
-    # A list slice (one copy in C) rather than islice over a shared iterator (a call per item).
-    own = results[start:start + level.count]
+    td, keys, start, count, subs, ordered, path = next(levels)
     if fits:
-        # zip stops with the level's results: when keys is the storage, its later keys
-        # (the sub-TensorDicts') are left out.
-        out = dict(zip(keys, own))
+        # The level's results under its tensors' keys (when keys is the storage, its later
+        # keys, the sub-TensorDicts', are left out).
+        out = zip_dict(keys, results, start, count)
     else:
         out = {}
         n_batch = len(batch_size)
-        path = level.path
-        for key, value in zip(keys, own):
+        for key, value in zip(keys, results[start:start + count]):
             if value is None:
                 run.dropped = True
             else:
                 out[key] = run._checked(value, path + (key,) if path else key, batch_size, n_batch)
-    for key, sub in level.subs:
+    for key, sub in subs:
         inner = _rebuild(run, levels, results, batch_size, fits)
         if not inner and run.drops_empty(sub):
             continue  # everything in it was dropped
         out[key] = sub._new_unsafe(inner, sub._batch_size, run.device, sub._names)
-    if level.subs and not level.ordered:
-        storage = level.td._tensordict
+    if subs and not ordered:
+        storage = td._tensordict
         out = {key: out[key] for key in storage if key in out}  # the storage's order
     return out

@@ -20,6 +20,7 @@
 /* torch._C.TensorBase, whose mapping length slot is torch's own C length; set by setup(). */
 static PyTypeObject *tensor_base = NULL;
 static lenfunc tensor_length = NULL;
+static PyObject *empty_tuple = NULL;
 
 /* For the C __getitem__: TensorDict, the member descriptor of TensorDict._tensordict,
  * the two non-tensor wrapper classes and the Python fallback (the general __getitem__). */
@@ -268,6 +269,197 @@ make_getitem(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t narg
     return PyDescr_NewMethod((PyTypeObject *)args[0], &getitem_def);
 }
 
+/* ------------------------------------------------------------------ apply(fn) on a plain tree
+ * collect_tree: the first pass of _apply_tree.plain_tree_storage, whose Python twin is
+ * _apply_tree.py_collect_tree. It walks a tree of TensorDicts of the root's exact class and
+ * batch size whose entries are all plain torch.Tensors or such sub-TensorDicts, depth first,
+ * and returns (leaves, levels): every tensor in the order the per-level path calls fn on
+ * them, and one (td, keys, start, count, subs, ordered, path) tuple per level (see the twin).
+ * Anything else in the tree gives None. */
+static PyTypeObject *plain_tensor_type = NULL;  /* torch.Tensor, set by setup() */
+
+static int
+collect_level(PyObject *node, PyTypeObject *owner, PyObject *batch_member, PyObject *batch_size,
+              PyObject *path, PyObject *leaves, PyObject *levels)
+{
+    /* 1 when collected, 0 when the tree is not plain, -1 on an error. */
+    if (Py_EnterRecursiveCall(" while collecting the leaves of a TensorDict")) {
+        return -1;
+    }
+    int status = -1;
+    PyObject *storage = Py_TYPE(storage_member)->tp_descr_get(storage_member, node, (PyObject *)Py_TYPE(node));
+    PyObject *subs = NULL, *keys = NULL, *level = NULL;
+    if (storage == NULL) {
+        goto done;
+    }
+    if (!PyDict_CheckExact(storage)) {
+        status = 0;
+        goto done;
+    }
+    Py_ssize_t start = PyList_GET_SIZE(leaves), count = 0, pos = 0;
+    int ordered = 1;
+    PyObject *key, *value;
+    if ((subs = PyList_New(0)) == NULL) {
+        goto done;
+    }
+    while (PyDict_Next(storage, &pos, &key, &value)) {
+        if (Py_TYPE(value) == plain_tensor_type) {
+            if (PyList_Append(leaves, value) < 0) {
+                goto done;
+            }
+            count++;
+            ordered &= PyList_GET_SIZE(subs) == 0;
+        }
+        else if (Py_TYPE(value) == owner) {
+            PyObject *pair = PyTuple_Pack(2, key, value);
+            if (pair == NULL || PyList_Append(subs, pair) < 0) {
+                Py_XDECREF(pair);
+                goto done;
+            }
+            Py_DECREF(pair);
+        }
+        else {
+            status = 0;  /* a non-tensor, a tensor subclass, another collection */
+            goto done;
+        }
+    }
+    if (ordered) {
+        keys = Py_NewRef(storage);  /* the tensors' keys come first: zip stops after them */
+    }
+    else {
+        if ((keys = PyList_New(0)) == NULL) {
+            goto done;
+        }
+        pos = 0;
+        while (PyDict_Next(storage, &pos, &key, &value)) {
+            if (Py_TYPE(value) == plain_tensor_type && PyList_Append(keys, key) < 0) {
+                goto done;
+            }
+        }
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(subs); i++) {
+        PyObject *sub = PyTuple_GET_ITEM(PyList_GET_ITEM(subs, i), 1);
+        PyObject *sub_batch = Py_TYPE(batch_member)->tp_descr_get(batch_member, sub, (PyObject *)Py_TYPE(sub));
+        if (sub_batch == NULL) {
+            goto done;
+        }
+        int same = PyObject_RichCompareBool(sub_batch, batch_size, Py_EQ);
+        Py_DECREF(sub_batch);
+        if (same <= 0) {
+            status = same;  /* a longer batch: the per-level path handles it */
+            goto done;
+        }
+    }
+    level = Py_BuildValue("(OOnnOOO)", node, keys, start, count, subs, ordered ? Py_True : Py_False, path);
+    if (level == NULL || PyList_Append(levels, level) < 0) {
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(subs); i++) {
+        PyObject *pair = PyList_GET_ITEM(subs, i);
+        PyObject *key_tuple = PyTuple_Pack(1, PyTuple_GET_ITEM(pair, 0));
+        PyObject *sub_path = key_tuple == NULL ? NULL : PySequence_Concat(path, key_tuple);
+        Py_XDECREF(key_tuple);
+        if (sub_path == NULL) {
+            goto done;
+        }
+        int inner = collect_level(PyTuple_GET_ITEM(pair, 1), owner, batch_member, batch_size, sub_path, leaves, levels);
+        Py_DECREF(sub_path);
+        if (inner <= 0) {
+            status = inner;
+            goto done;
+        }
+    }
+    status = 1;
+done:
+    Py_XDECREF(level);
+    Py_XDECREF(keys);
+    Py_XDECREF(subs);
+    Py_XDECREF(storage);
+    Py_LeaveRecursiveCall();
+    return status;
+}
+
+static PyObject *
+collect_tree(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    /* (root TensorDict, its batch size, the _batch_size member descriptor) */
+    if (check_args("collect_tree", nargs, 3) < 0 || check_ready() < 0) {
+        return NULL;
+    }
+    if (storage_member == NULL || plain_tensor_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "collect_tree needs make_getitem() first");
+        return NULL;
+    }
+    PyTypeObject *batch_type = Py_TYPE(args[2]);
+    if (batch_type->tp_descr_get == NULL) {
+        PyErr_SetString(PyExc_TypeError, "collect_tree expects the _batch_size descriptor");
+        return NULL;
+    }
+    PyObject *leaves = PyList_New(0), *levels = PyList_New(0);
+    int status = -1;
+    if (leaves != NULL && levels != NULL) {
+        status = collect_level(args[0], Py_TYPE(args[0]), args[2], args[1], empty_tuple, leaves, levels);
+    }
+    PyObject *result = status > 0 ? PyTuple_Pack(2, leaves, levels) : NULL;
+    Py_XDECREF(leaves);
+    Py_XDECREF(levels);
+    if (status == 0) {
+        Py_RETURN_NONE;
+    }
+    return result;
+}
+
+static PyObject *
+zip_dict(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    /* zip_dict(keys, values, start, count): {keys[i]: values[start + i]} for the first count
+     * keys of keys (a dict or a list); values a list. dict(zip(keys, values[start:start + count]))
+     * without the pairs. */
+    Py_ssize_t start, count;
+    if (check_args("zip_dict", nargs, 4) < 0) {
+        return NULL;
+    }
+    PyObject *keys = args[0], *values = args[1];
+    if (!(PyDict_CheckExact(keys) || PyList_CheckExact(keys)) || !PyList_CheckExact(values)) {
+        PyErr_SetString(PyExc_TypeError, "zip_dict expects a dict or list of keys and a list of values");
+        return NULL;
+    }
+    start = PyLong_AsSsize_t(args[2]);
+    count = start == -1 && PyErr_Occurred() ? -1 : PyLong_AsSsize_t(args[3]);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (start < 0 || count < 0 || start + count > PyList_GET_SIZE(values)) {
+        PyErr_SetString(PyExc_ValueError, "zip_dict: start and count out of range");
+        return NULL;
+    }
+    PyObject *out = PyDict_New();
+    if (out == NULL) {
+        return NULL;
+    }
+    Py_ssize_t i = 0, pos = 0;
+    PyObject *key, *ignored;
+    while (i < count) {
+        if (PyDict_CheckExact(keys)) {
+            if (!PyDict_Next(keys, &pos, &key, &ignored)) {
+                break;
+            }
+        }
+        else {
+            if (i >= PyList_GET_SIZE(keys)) {
+                break;
+            }
+            key = PyList_GET_ITEM(keys, i);
+        }
+        if (PyDict_SetItem(out, key, PyList_GET_ITEM(values, start + i)) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        i++;
+    }
+    return out;
+}
+
 /* ------------------------------------------------------------------ tensorclass data[i]
  * FieldIndexer: the __getitem__ of one tensorclass for data[i] and data[a:b], the hot read
  * of a dataset of tensorclasses. It does what the Python code generated per class in
@@ -286,8 +478,6 @@ typedef struct {
     PyObject *no_batch;   /* the batch size of an int-indexed result */
     PyTypeObject *plain;  /* torch.Tensor */
 } FieldIndexer;
-
-static PyObject *empty_tuple = NULL;
 
 static PyObject *
 indexer_general(FieldIndexer *ix, PyObject *const *args)
@@ -690,24 +880,34 @@ make_field_init(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
 }
 
 static PyObject *
-setup(PyObject *Py_UNUSED(module), PyObject *base)
+setup(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    if (!PyType_Check(base)) {
-        PyErr_SetString(PyExc_TypeError, "setup expects torch._C.TensorBase");
+    /* (torch._C.TensorBase, torch.Tensor) */
+    if (check_args("setup", nargs, 2) < 0) {
         return NULL;
     }
-    PyTypeObject *type = (PyTypeObject *)base;
+    if (!PyType_Check(args[0]) || !PyType_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "setup expects torch._C.TensorBase and torch.Tensor");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[0];
     if (type->tp_as_mapping == NULL || type->tp_as_mapping->mp_length == NULL) {
         PyErr_SetString(PyExc_TypeError, "this class has no C length");
         return NULL;
     }
-    Py_XSETREF(tensor_base, (PyTypeObject *)Py_NewRef(base));
+    Py_XSETREF(tensor_base, (PyTypeObject *)Py_NewRef(args[0]));
+    Py_XSETREF(plain_tensor_type, (PyTypeObject *)Py_NewRef(args[1]));
     tensor_length = type->tp_as_mapping->mp_length;
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
-    {"setup", (PyCFunction)setup, METH_O, "setup(torch._C.TensorBase): read torch's C length slot."},
+    {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL,
+     "setup(torch._C.TensorBase, torch.Tensor): read torch's C length slot."},
+    {"collect_tree", (PyCFunction)(void (*)(void))collect_tree, METH_FASTCALL,
+     "collect_tree(td, batch_size, batch_member): (leaves, levels) of a plain tree, or None."},
+    {"zip_dict", (PyCFunction)(void (*)(void))zip_dict, METH_FASTCALL,
+     "zip_dict(keys, values, start, count): dict(zip(keys, values[start:start + count]))."},
     {"tensor_len", (PyCFunction)tensor_len, METH_O, "The first size of a tensor (0 for a 0-dim one)."},
     {"leaves_fit", (PyCFunction)(void (*)(void))leaves_fit, METH_FASTCALL,
      "leaves_fit(source, n): every key a str, every value a tensor of first size n."},
