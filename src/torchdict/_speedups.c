@@ -1,17 +1,20 @@
-/* Optional C helpers for the hottest checks of torchdict.
+/* Optional C helpers for the hottest paths of torchdict.
  *
- * torchdict works without this module: each helper has a pure-Python twin in
- * _speedups_py.py, with the same results and errors, that is used when this
- * extension was not built (see _accel.py). What C buys is the crossing into torch:
- * reading a tensor's first size through the wrapper of torch's C length slot
- * costs a Python call and an argument tuple per tensor; here it is one C call.
+ * torchdict works without this module: every helper here has a pure-Python twin with
+ * the same results and error types, used when the extension was not built or when
+ * TORCHDICT_PURE_PYTHON=1 (_accel.py picks one or the other; tests/test_speedups.py holds
+ * each pair to the same answers). What C buys is the Python call overhead: asking torch
+ * for a tensor's first size from Python costs a call and an argument tuple per tensor, and
+ * a Python-level __getitem__ costs about as much as the dict lookup it wraps.
  *
- *   tensor_len(t)             the first size of a tensor (0 for a 0-dim one); TypeError for
- *                             anything that is not a tensor
- *   leaves_fit(source, n)     True when every key of the dict `source` is a str and every
- *                             value a tensor whose first size is n (n > 0, source not empty)
- *   lengths_fit(values, n)    the same test for the items of a list or tuple
- *   make_getitem(...)         a C `__getitem__` for TensorDict (see below)
+ *   tensor_len(t)               the first size of a tensor (0 for a 0-dim one)
+ *   leaves_fit(source, n)       every key of a dict a str, every value a tensor of first size n
+ *   lengths_fit(values, n)      every item of a list or tuple a tensor of first size n
+ *   make_getitem(...)           TensorDict's td["key"] / td["a", "b"]     (twin: its Python __getitem__)
+ *   collect_tree(td, ...)       the leaves and levels of a plain tree      (_apply_tree.py_collect_tree)
+ *   zip_dict(keys, values, ..)  dict(zip(keys, values[start:start + n])) (_accel.py_zip_dict)
+ *   make_field_indexer(...)     a tensorclass's data[i] / data[a:b]        (_tensorclass_indexing, generated)
+ *   make_field_init(...)        a tensorclass's Cls(*tensors, batch_size=[n]) (_tensorclass_fields.make_init)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
