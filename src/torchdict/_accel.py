@@ -1,15 +1,18 @@
-"""The hottest checks of torchdict, in C when the optional extension is built.
+"""The hottest paths of torchdict, in C when the optional extension is built.
 
-``src/torchdict/_speedups.c`` holds C versions of three batch checks and of
-``TensorDict.__getitem__``'s str-key path; this module picks them, or their pure-Python
-twins below, which give the same answers and raise the same error types. The C versions
-matter because each of these checks asks torch for a tensor's first size, and reaching
-torch's C length slot from Python costs a call and an argument tuple per tensor (building
-a TensorDict of 100 leaves takes half the time with the C check).
+``src/torchdict/_speedups.c`` holds C versions of the batch checks (a tensor's first size,
+"every value of this dict / list is a tensor of first size n"), of ``td["key"]`` and
+``td["a", "b"]``, of the walk of ``apply(fn)`` over a plain tree, and of a tensorclass's
+``data[i]`` and ``Cls(*tensors, batch_size=[n])``. This module picks them, or their
+pure-Python twins (below, or the Python code they front), which give the same answers and
+raise the same error types. C pays where Python's own call overhead is the cost: reaching
+torch's C length slot from Python costs a call and an argument tuple per tensor (building a
+TensorDict of 100 leaves takes half the time with the C check), and a Python ``__getitem__``
+costs as much as the dict lookup it wraps.
 
 The extension is built by ``pip install`` when a C compiler is present (``setup.py``
 marks it optional). Setting ``TORCHDICT_PURE_PYTHON=1`` before the import uses the twins
-even when it is built: the test suite runs its core modules that way too.
+even when it is built: the test suite runs its fast tests that way too.
 """
 from __future__ import annotations
 
@@ -94,7 +97,7 @@ def py_lengths_fit(values: Any, first: int) -> bool:
 
 def py_zip_dict(keys: Any, values: list, start: int, count: int) -> dict:
     """``{keys[i]: values[start + i]}`` for the first ``count`` keys of ``keys`` (a dict or a list)."""
-    if type(keys) is not dict and type(keys) is not list or type(values) is not list:
+    if (type(keys) is not dict and type(keys) is not list) or type(values) is not list:
         raise TypeError("zip_dict expects a dict or list of keys and a list of values")
     if start < 0 or count < 0 or start + count > len(values):
         raise ValueError("zip_dict: start and count out of range")
