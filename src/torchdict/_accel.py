@@ -1,14 +1,14 @@
 """The hottest paths of torchdict, in C when the optional extension is built.
 
-``src/torchdict/_speedups.c`` holds C versions of the batch checks (a tensor's first size,
-"every value of this dict / list is a tensor of first size n"), of ``td["key"]`` and
-``td["a", "b"]``, of the walk of ``apply(fn)`` over a plain tree, and of a tensorclass's
-``data[i]`` and ``Cls(*tensors, batch_size=[n])``. This module picks them, or their
-pure-Python twins (below, or the Python code they front), which give the same answers and
-raise the same error types. C pays where Python's own call overhead is the cost: reaching
-torch's C length slot from Python costs a call and an argument tuple per tensor (building a
-TensorDict of 100 leaves takes half the time with the C check), and a Python ``__getitem__``
-costs as much as the dict lookup it wraps.
+The C module ``torchdict._speedups`` (sources in ``src/torchdict/_csrc/``) holds C versions
+of the batch checks (a tensor's first size, "every value of this dict / list is a tensor of
+first size n"), of ``td["key"]`` and ``td["a", "b"]``, of the walk of ``apply(fn)`` over a
+plain tree, and of a tensorclass's ``data[i]`` and ``Cls(*tensors, batch_size=[n])``. This
+module picks them, or their pure-Python twins (below, or the Python code they front), which
+give the same answers and raise the same error types. C pays where Python's own call
+overhead is the cost: reaching torch's C length slot from Python costs a call and an
+argument tuple per tensor (building a TensorDict of 100 leaves takes half the time with the
+C check), and a Python ``__getitem__`` costs as much as the dict lookup it wraps.
 
 The extension is built by ``pip install`` when a C compiler is present (``setup.py``
 marks it optional). Setting ``TORCHDICT_PURE_PYTHON=1`` before the import uses the twins
