@@ -37,8 +37,6 @@ def quick_batch_len(batch_size: torch.Size) -> int:
     return batch_size[0] if len(batch_size) == 1 and batch_size[0] > 0 else -1
 
 
-
-
 def parse_batch_size(batch_size: Any) -> torch.Size:
     if batch_size is None:
         return torch.Size(())
