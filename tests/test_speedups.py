@@ -419,3 +419,23 @@ def test_apply_on_every_tree_equals_per_leaf_torch(name: str) -> None:
     for key, value in td.items(True, True):
         if isinstance(value, torch.Tensor):
             assert torch.equal(result[key], value * 2 + 1), key
+
+
+def test_an_extension_that_refuses_this_torch_leaves_the_twins_in_use() -> None:
+    import subprocess
+    import sys
+
+    # A stand-in module whose setup() refuses, as the real one does for a torch whose tensor
+    # class has no C length slot: torchdict must import and run on the twins.
+    code = ("import sys, types\n"
+            "fake = types.ModuleType('torchdict._speedups')\n"
+            "def refuse(*args):\n    raise TypeError('this class has no C length')\n"
+            "fake.setup = refuse\n"
+            "sys.modules['torchdict._speedups'] = fake\n"
+            "import torch, torchdict\nfrom torchdict import _accel\n"
+            "assert not _accel.USING_C and _accel.tensor_len is _accel.py_tensor_len\n"
+            "td = torchdict.TensorDict({'a': torch.zeros(3)}, batch_size=[3])\n"
+            "assert td['a'].shape == (3,) and type(torchdict.TensorDict.__getitem__).__name__ == 'function'\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={k: v for k, v in os.environ.items() if k != "TORCHDICT_PURE_PYTHON"})
+    assert result.returncode == 0, result.stderr[-2000:]

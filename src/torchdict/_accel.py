@@ -33,9 +33,10 @@ def _load_extension() -> Optional[Any]:
         return None
     try:
         from . import _speedups  # type: ignore[attr-defined]
-    except ImportError:
+
+        _speedups.setup(_TensorBase, _Tensor)  # refuses a torch whose tensor class has no C length
+    except (ImportError, TypeError):
         return None
-    _speedups.setup(_TensorBase, _Tensor)
     return _speedups
 
 
