@@ -439,3 +439,19 @@ def test_an_extension_that_refuses_this_torch_leaves_the_twins_in_use() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env={k: v for k, v in os.environ.items() if k != "TORCHDICT_PURE_PYTHON"})
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_a_tensorclass_with_many_fields_indexes_and_builds_as_its_fields() -> None:
+    # Past the C indexer's 64-field buffer: the class still builds, indexes and constructs.
+    import dataclasses
+
+    from torchdict import tensorclass
+
+    fields = [(f"f{i}", torch.Tensor) for i in range(70)]
+    Wide = tensorclass(dataclasses.make_dataclass("Wide", fields))
+    values = [torch.full((4, 2), float(i)) for i in range(70)]
+    data = Wide(*values, batch_size=[4])
+    assert data.batch_size == torch.Size([4])
+    for index in (1, slice(1, 3)):
+        row = data[index]
+        assert all(torch.equal(getattr(row, f"f{i}"), values[i][index]) for i in range(70))

@@ -208,8 +208,10 @@ static PyTypeObject FieldIndexerType = {
 static int
 check_names(PyObject *names)
 {
-    if (!PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) == 0 || PyTuple_GET_SIZE(names) > MAX_FAST_FIELDS) {
-        PyErr_Format(PyExc_TypeError, "expected a tuple of 1 to %d field names", MAX_FAST_FIELDS);
+    /* No upper bound: a FieldIndexer hands a class of more than MAX_FAST_FIELDS fields to the
+     * general path at each call, and a FieldInit needs no per-field buffer. */
+    if (!PyTuple_CheckExact(names) || PyTuple_GET_SIZE(names) == 0) {
+        PyErr_SetString(PyExc_TypeError, "expected a non-empty tuple of field names");
         return -1;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
