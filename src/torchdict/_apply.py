@@ -64,7 +64,7 @@ def _map_batch_storage(storage: dict, fn: Callable, old_dims: int, batch_size: t
             inner = unwrap(leaf)
             inner_batch = batch_size + inner._batch_size[old_dims:]
             mapped = inner._new_unsafe(
-                _map_batch_storage(inner._tensordict, fn, old_dims, inner_batch), inner_batch, inner._device
+                _map_batch_storage(inner._tensordict, fn, old_dims, batch_size), inner_batch, inner._device
             )
             result[key] = rewrap(leaf, mapped)
         elif type(leaf) is NonTensorData:

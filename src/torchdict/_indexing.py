@@ -286,7 +286,7 @@ def _index_entry(leaf: Any, index: Any, n_batch: int, new_batch: torch.Size) -> 
         inner = unwrap(leaf)
         inner_batch = new_batch + inner._batch_size[n_batch:]
         return rewrap(leaf, inner._new_unsafe(
-            _index_storage(inner._tensordict, index, n_batch, inner_batch, {}), inner_batch, inner._device))
+            _index_storage(inner._tensordict, index, n_batch, new_batch, {}), inner_batch, inner._device))
     if type(leaf) is NonTensorData:
         return leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
     return leaf._batch_op(lambda grid: grid[index])
@@ -303,7 +303,7 @@ def _take_storage(storage: dict, rows: torch.Tensor, n_batch: int, new_batch: to
             inner = unwrap(leaf)
             inner_batch = new_batch + inner._batch_size[n_batch:]
             result[key] = rewrap(leaf, inner._new_unsafe(
-                _take_storage(inner._tensordict, rows, n_batch, inner_batch, seen), inner_batch, inner._device))
+                _take_storage(inner._tensordict, rows, n_batch, new_batch, seen), inner_batch, inner._device))
         elif type(leaf) is NonTensorData:
             result[key] = leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
         else:

@@ -405,7 +405,7 @@ def _split_storage(storage: dict, split: Callable[[torch.Tensor], Sequence[torch
             inner = unwrap(leaf)
             extra = inner._batch_size[n_batch:]
             inner_sizes = [size + extra for size in batch_sizes]
-            pieces = _split_storage(inner._tensordict, split, n_batch, inner_sizes)
+            pieces = _split_storage(inner._tensordict, split, n_batch, batch_sizes)
             for result, piece, size in zip(results, pieces, inner_sizes):
                 result[key] = rewrap(leaf, inner._new_unsafe(piece, size, inner._device))
         elif type(leaf) is NonTensorData:
@@ -480,7 +480,7 @@ def _empty_storage(td: Any, n_batch: int, new_batch: torch.Size, device: Any) ->
         if isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
             inner_batch = new_batch + inner._batch_size[n_batch:]
-            storage[key] = rewrap(leaf, inner._new_unsafe(_empty_storage(inner, n_batch, inner_batch, device),
+            storage[key] = rewrap(leaf, inner._new_unsafe(_empty_storage(inner, n_batch, new_batch, device),
                                                           inner_batch, device))
         elif type(leaf) is NonTensorData:
             storage[key] = leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])

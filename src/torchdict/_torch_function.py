@@ -159,9 +159,9 @@ def _combine_entry(result: dict, key: str, leaf: Any, leaves: list, dim: int, n_
             raise kind.keys_error(storages)
         collection = out.get(key) if out is not None else None
         if isinstance(collection, TensorCollection):
-            _combine_storage(storages, dim, n_batch, inner_batch, unwrap(collection)._tensordict, kind)
+            _combine_storage(storages, dim, n_batch, new_batch, unwrap(collection)._tensordict, kind)
         else:
-            storage = _combine_storage(storages, dim, n_batch, inner_batch, None, kind)
+            storage = _combine_storage(storages, dim, n_batch, new_batch, None, kind)
             result[key] = rewrap(leaf, inners[0]._new_unsafe(storage, inner_batch, _merged_device(inners)))
     else:
         if not all(type(item) in _NON_TENSOR for item in leaves):
