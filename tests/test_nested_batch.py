@@ -60,3 +60,21 @@ def test_memmap_round_trip_of_a_deep_tree_indexes_right(tmp_path):
     loaded = _deep().memmap(tmp_path)
     assert loaded[0]["n", "m"].batch_size == torch.Size([2])
     assert torch.equal(loaded[0]["n", "m", "k"], torch.tensor([0.0, 1.0]))
+
+
+@pytest.mark.parametrize("op", [
+    lambda td, torch_: td[0], lambda td, torch_: td[1:], lambda td, torch_: torch_.stack([td, td], 1),
+    lambda td, torch_: torch_.cat([td, td], 0), lambda td, torch_: td.unsqueeze(-1),
+    lambda td, torch_: td.unbind(0)[1], lambda td, torch_: td.expand(2, 3),
+])
+def test_nested_batch_sizes_match_upstream(op):
+    upstream = pytest.importorskip("tensordict")
+
+    def build(cls):
+        inner = cls({"k": torch.arange(24.0).view(3, 2, 4)}, batch_size=[3, 2, 4])
+        return cls({"n": cls({"m": inner, "x": torch.zeros(3, 2)}, batch_size=[3, 2])}, batch_size=[3])
+
+    ours, theirs = op(build(TensorDict), torch), op(build(upstream.TensorDict), torch)
+    for key in (("n",), ("n", "m")):
+        assert ours[key].batch_size == theirs[key].batch_size, key
+    assert torch.equal(ours["n", "m", "k"], theirs["n", "m", "k"])

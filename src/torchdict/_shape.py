@@ -535,9 +535,8 @@ class ShapeMixin:
         torch.Size([2, 6])
         """
         if not shape:
-            shape = (kwargs.get("shape", kwargs.get("batch_size")),)
-            if shape[0] is None:
-                raise TypeError("reshape() needs the new batch shape, e.g. td.reshape(-1) or td.reshape(2, 6).")
+            # ``td.reshape(*batch)`` with an empty ``batch`` means the shape ``()``, as upstream reads it.
+            shape = (kwargs.get("shape", kwargs.get("batch_size", ())),)
         return keep_lock(self, reshape(self, shape))
 
     @write_back(undo_reshape)
