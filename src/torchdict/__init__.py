@@ -1,5 +1,6 @@
 """torchdict: a dict of tensors that behaves like one tensor along shared batch dimensions."""
-from ._base import is_tensor_collection
+from ._base import TensorCollection, is_tensor_collection
+from .base import TensorDictBase
 from ._errors import InplaceWriteError, KeyThroughLeafError
 from ._keys import NestedKey, unravel_key, unravel_key_list
 from .memmap import MemoryMappedTensor
@@ -14,6 +15,8 @@ from . import _pytree  # noqa: F401  (registers TensorDict as a torch.utils._pyt
 
 __all__ = [
     "TensorDict",
+    "TensorDictBase",
+    "TensorCollection",
     "TensorDictParams",
     "TensorClass",
     "tensorclass",

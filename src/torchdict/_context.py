@@ -95,6 +95,21 @@ def remember_state_change(td: Any, restore: Optional[Callable[[], None]]) -> Non
     _set_pending(td, (_run_restore, restore))
 
 
+def then_on_exit(td: Any, after: Callable[[], None]) -> None:
+    """Once the write-back pending on ``td`` has run at the end of a ``with`` block that did not raise,
+    call ``after()`` (a collection whose op ran on a dense copy writes that copy back to itself)."""
+    record = td._cm
+    if type(record) is tuple:
+        td._cm = (_run_then, record, after)
+
+
+def _run_then(child: Any, raised: bool, record: tuple, snapshot: Any) -> None:
+    inner = record[1]
+    inner[0](child, raised, inner, snapshot)
+    if not raised:
+        record[2]()
+
+
 def write_back(inverse: Inverse, *, shares_leaves: bool = False) -> Callable[[Callable], Callable]:
     """Declare a method as an op whose result writes back to ``self`` when used in ``with``.
 
@@ -150,8 +165,9 @@ class ContextMixin:
         record = state.pending
         state.pending = None
         snapshot = None
-        if record is not None and record[0] is _write_back:
-            snapshot = _snapshot(self, not record[2])  # versions only where leaves may be copies
+        own = record[1] if record is not None and record[0] is _run_then else record
+        if own is not None and own[0] is _write_back:
+            snapshot = _snapshot(self, not own[2])  # versions only where leaves may be copies
         state.stack.append((record, snapshot))
         return self
 

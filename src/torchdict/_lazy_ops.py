@@ -433,6 +433,17 @@ def _dunder(name: str, inplace: bool) -> Callable:
     return method
 
 
+#: Other members that upstream's lazy stack runs member by member (its result stays lazy; ragged members
+#: are fine): dtype casts, moves and key-structure ops, whose arguments are the same for every member.
+MEMBERWISE_METHODS = (
+    "bfloat16", "bool", "complex128", "complex64", "double", "float", "float16", "float32", "float64", "half",
+    "int", "int16", "int32", "int64", "int8", "long", "short", "uint16", "uint32", "uint64", "uint8", "type",
+    "cpu", "detach", "copy", "filter_non_tensor_data", "flatten_keys", "unflatten_keys",
+)
+#: Their in-place relatives: run on every member, then ``self`` is returned.
+MEMBERWISE_IN_PLACE = ("detach_", "zero_", "requires_grad_", "share_memory_", "zero_grad")
+
+
 def _install() -> None:
     """Add one member-wise method per member method of the op tables (and the Python operators)."""
     from .tensordict import TensorDict
@@ -448,6 +459,10 @@ def _install() -> None:
         put(f"__{stem}__", _dunder(f"__{stem}__", inplace=False))
         put(f"__r{stem}__", _dunder(f"__r{stem}__", inplace=False))
         put(f"__i{stem}__", _dunder(f"__i{stem}__", inplace=True))
+    for name in MEMBERWISE_METHODS:
+        put(name, _out_of_place(name))
+    for name in MEMBERWISE_IN_PLACE:
+        put(name, _in_place(name))
     for unary in ("__neg__", "__abs__", "__invert__"):
         put(unary, lambda self, _name=unary: self._memberwise(_name, (), {}))
 

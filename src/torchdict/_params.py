@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from ._base import TensorCollection
+from .base import TensorDictBase
 
 __all__ = ["TensorDictParams"]
 
@@ -114,7 +115,7 @@ def _refresh_devices(td: Any) -> None:
     return inner._device
 
 
-class TensorDictParams(nn.Module, TensorCollection):
+class TensorDictParams(nn.Module, TensorDictBase):
     """An ``nn.Module`` whose parameters and buffers are the tensor leaves of a TensorDict.
 
     ``parameters`` is a TensorDict (a dict or None is turned into one; another
@@ -148,6 +149,9 @@ class TensorDictParams(nn.Module, TensorCollection):
     >>> sorted(params.state_dict())
     ['b', 'step', 'w']
     """
+
+    # A module stays hashable (nn.Module keeps modules in sets); ``==`` still compares the entries.
+    __hash__ = nn.Module.__hash__
 
     def __init__(self, parameters: Any = None, *, no_convert: bool = False, lock: bool = False) -> None:
         td = _as_tensordict(parameters)
@@ -258,6 +262,11 @@ class TensorDictParams(nn.Module, TensorCollection):
         except AttributeError:
             if name.startswith("_"):
                 raise
+        return self._held_attribute(name)
+
+    def _held_attribute(self, name: str) -> Any:
+        """The held TensorDict's attribute ``name``; a method is wrapped to re-register the leaves after a
+        change and to return this module where the TensorDict returns itself."""
         td = self.__dict__.get("_param_td")
         if td is None:
             raise AttributeError(f"'TensorDictParams' object has no attribute {name!r}")
@@ -356,6 +365,29 @@ class TensorDictParams(nn.Module, TensorCollection):
 
     def __repr__(self) -> str:
         return f"TensorDictParams(params={self._param_td!r})"
+
+
+class _HeldMember:
+    """A TensorDictBase member of TensorDictParams, read from the held TensorDict (as ``__getattr__`` does
+    for the names that nothing else defines): the generic versions would miss the re-registration."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, params: Any, owner: type) -> Any:
+        if params is None:
+            return getattr(TensorDictBase, self.name)
+        return params._held_attribute(self.name)
+
+
+def _delegate_base_members() -> None:
+    for name, _ in vars(TensorDictBase).items():
+        if name.startswith("__") or name in vars(TensorDictParams) or hasattr(nn.Module, name):
+            continue
+        setattr(TensorDictParams, name, _HeldMember(name))
+
+
+_delegate_base_members()
 
 
 def _as_tensordict(parameters: Any) -> Any:

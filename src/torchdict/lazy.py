@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 import torch
 
 from ._base import TensorCollection
+from .base import TensorDictBase
 from ._convert import fits_batch, to_leaf
 from ._errors import batch_mismatch_error, locked_error, MessageKeyError
 from ._keys import key_to_tuple
@@ -100,7 +101,7 @@ def _unsupported_index(index: Any, why: str) -> IndexError:
     return IndexError(f"Unsupported index {index!r} on a LazyStackedTensorDict: {why}.")
 
 
-class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorCollection):
+class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
     """A stack of TensorDicts along a new batch dim ``stack_dim`` that keeps its members.
 
     Build it with :func:`lazy_stack` (or ``LazyStackedTensorDict(*tds, stack_dim=0)``).
@@ -537,6 +538,31 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorCollection)
         for td, piece in zip(self._tds, pieces):
             td.set_(keys, piece)
         return self
+
+    # ------------------------------------------------------------------ TensorDictBase primitives
+    # The generic members of TensorDictBase that this class does not define run on the dense stack
+    # (``contiguous()``) and, for in-place ones, write the result back through these.
+    def _keys_str(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def _get_str(self, key: str, default: Any) -> Any:
+        value = self.get(key, _MISSING)
+        return default if value is _MISSING else value
+
+    def _set_str(self, key: str, value: Any, inplace: bool) -> None:
+        if inplace:
+            self.set_(key, value)
+        else:
+            self.set(key, value)
+
+    def _del_str(self, key: str) -> None:
+        del self[key]
+
+    def _dense(self) -> TensorDict:
+        return self.contiguous()
+
+    def _dense_is_copy(self) -> bool:
+        return True
 
     # ------------------------------------------------------------------ members
     def _check_member(self, td: Any) -> None:

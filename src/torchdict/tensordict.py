@@ -15,6 +15,7 @@ from . import _keyops
 from ._accel import install_tensordict_getitem, leaves_fit, tensor_len as _tensor_len
 from ._apply import ApplyMixin
 from ._base import TensorCollection
+from .base import TensorDictBase
 from ._constructors import ConstructorsMixin
 from ._conversions import ConversionsMixin
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
@@ -105,7 +106,7 @@ class TensorDict(
     ConversionsMixin,
     StateDictMixin,
     ExtrasMixin,
-    TensorCollection,
+    TensorDictBase,
 ):
     """A dictionary of tensors sharing leading batch dimensions.
 
@@ -514,6 +515,34 @@ class TensorDict(
         """
         self._set_path(key_to_tuple(key), item, inplace=inplace, non_blocking=non_blocking)
         return self
+
+    # ------------------------------------------------------------------ TensorDictBase primitives
+    # TensorDict overrides every generic method with its own code; these serve generic code that is
+    # handed a TensorDict (another collection's ``_assign_from``, a nested level of a generic walk).
+    def _keys_str(self) -> Iterator[str]:
+        return iter(self._tensordict)
+
+    def _get_str(self, key: str, default: Any) -> Any:
+        return self._tensordict.get(key, default)
+
+    def _set_str(self, key: str, value: Any, inplace: bool) -> None:
+        if inplace:
+            self._tensordict[key].copy_(value)
+        else:
+            if self._is_locked and key not in self._tensordict:
+                raise locked_error()
+            self._tensordict[key] = value
+
+    def _del_str(self, key: str) -> None:
+        if self._is_locked:
+            raise locked_error()
+        del self._tensordict[key]
+
+    def _dense(self) -> "TensorDict":
+        return self
+
+    def _dense_is_copy(self) -> bool:
+        return False
 
     def _parent_of(self, keys: tuple, create: bool) -> "TensorDict":
         """The TensorDict holding ``keys[-1]``, creating missing levels when ``create``."""
