@@ -11,7 +11,8 @@ import tempfile
 import torch
 from torch import nn
 
-from torchdict import MemoryMappedTensor, TensorDict, TensorDictParams, lazy_stack, pad_sequence, tensorclass
+from torchdict import (MemoryMappedTensor, TensorDict, TensorDictBase, TensorDictParams, lazy_stack, pad_sequence,
+                       tensorclass)
 
 
 def section(title: str) -> None:
@@ -312,6 +313,23 @@ def preprocessing(workdir: str) -> None:
     print("images flipped and labels clustered in place by 2 workers:", data["labels"].tolist())
 
 
+def nested_batches() -> None:
+    section("Nested levels with batch dims of their own")
+    # Each level may add batch dims to its parent's; every batch op keeps them, at any depth.
+    inner = TensorDict({"k": torch.zeros(3, 2)}, batch_size=[3, 2])
+    td = TensorDict({"n": TensorDict({"m": inner}, batch_size=[3, 2])}, batch_size=[3])
+    print("td[0]:", td[0]["n", "m"].batch_size, "| stacked:", torch.stack([td, td], 1)["n", "m"].batch_size)
+
+
+def collections() -> None:
+    section("One API for every kind of collection (TensorDictBase)")
+    members = [TensorDict({"obs": torch.full((2,), float(i))}, batch_size=[2]) for i in range(3)]
+    stacked = lazy_stack(members)  # keeps its members; they may even differ in shape
+    print(isinstance(stacked, TensorDictBase), stacked.reshape(-1)["obs"].tolist())
+    stacked.clamp_(max=1.0)  # an in-place op writes into the members
+    print("members after clamp_:", [member["obs"].tolist() for member in members])
+
+
 def main() -> None:
     workdir = tempfile.mkdtemp(prefix="torchdict-tour-")
     try:
@@ -328,6 +346,8 @@ def main() -> None:
         preprocessing(workdir)
         lazy_preallocation()
         tensorclass_section()
+        nested_batches()
+        collections()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print("\nThe tour ran to the end.")
