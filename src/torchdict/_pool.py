@@ -8,7 +8,10 @@ instead of a hang; ``multiprocessing.Pool`` would silently replace it and wait
 forever for the lost task. After a failure every worker is terminated and
 joined: no orphan processes are left, and no shared-memory segment either
 (torch's default ``file_descriptor`` sharing unlinks segments as soon as they
-are created, so they vanish with the last process that maps them).
+are created, so they vanish with the last process that maps them). A chunk
+that runs longer than the call's ``timeout`` is such a failure too: each
+worker's :class:`~torchdict._deadline.ChunkClock` tells the parent which
+chunk it runs and since when.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from ._channel import Link
+from ._deadline import ChunkClock, overdue, seconds_to_next_check, timeout_error
 
 __all__ = ["WorkerPool", "WorkerError", "RemoteTraceback"]
 
@@ -30,6 +34,8 @@ __all__ = ["WorkerPool", "WorkerError", "RemoteTraceback"]
 _PER_WORKER_QUEUE = 2
 # How long close() waits for a worker to exit by itself before terminating it.
 _JOIN_TIMEOUT_S = 5.0
+# How long a worker whose pipe broke may take to be reported dead.
+_EXIT_REPORT_S = 1.0
 
 
 class WorkerError(RuntimeError):
@@ -66,11 +72,12 @@ def resolve_num_workers(num_workers: Optional[int]) -> int:
 
 
 class _Worker:
-    __slots__ = ("process", "conn", "tasks", "chunks_given", "stopping")
+    __slots__ = ("process", "conn", "clock", "tasks", "chunks_given", "stopping")
 
-    def __init__(self, process: Any, conn: Any) -> None:
+    def __init__(self, process: Any, conn: Any, clock: ChunkClock) -> None:
         self.process = process
         self.conn = conn
+        self.clock = clock  # the chunk it runs and since when (for timeout=)
         self.tasks: deque = deque()  # task ids sent and not yet answered, in order
         self.chunks_given = 0
         self.stopping = False
@@ -147,9 +154,12 @@ class WorkerPool:
             inherited = (parent_conn.fileno(),) + tuple(worker.conn.fileno() for worker in self._workers)
         seed = (self._base_seed + self._started) % (2**63)
         self._started += 1
+        clock = ChunkClock(self._context)
+        # A forkserver worker's parent is the server, not us: it must not take that for our death.
+        parent_pid = None if self.start_method == "forkserver" else os.getpid()
         process = self._context.Process(
             target=worker_main,
-            args=(child_conn, os.getpid(), seed, self.worker_threads, job, inherited),
+            args=(child_conn, parent_pid, seed, self.worker_threads, job, inherited, clock),
             name=f"torchdict-map-{self._started}",
             daemon=True,
         )
@@ -163,7 +173,7 @@ class WorkerPool:
         finally:
             gc.unfreeze()
             child_conn.close()  # the child holds its end; ours would keep the pipe open after it dies
-        worker = _Worker(process, Link(parent_conn))
+        worker = _Worker(process, Link(parent_conn), clock)
         self._workers.append(worker)
         return worker
 
@@ -227,10 +237,12 @@ class Execution:
     ``window`` bounds the tasks dispatched but not yet released by the caller
     (``release``): ``map_iter`` uses it as its prefetch. ``chunks_per_worker``
     (``max_tasks_per_child``) replaces a worker after that many chunks.
+    ``timeout`` (seconds) bounds each chunk; ``label`` names the call in errors.
     """
 
     def __init__(self, pool: WorkerPool, job: Any, tasks: list, *, window: Optional[int] = None,
-                 chunks_per_worker: Optional[int] = None) -> None:
+                 chunks_per_worker: Optional[int] = None, timeout: Optional[float] = None,
+                 label: str = "map") -> None:
         self.pool = pool
         self.job = job
         self.tasks = tasks
@@ -238,6 +250,8 @@ class Execution:
         self.released = 0
         self.window = window
         self.chunks_per_worker = chunks_per_worker
+        self.timeout = timeout
+        self.label = label
         self.workers = pool._prepare(job, len(tasks))
         self.unanswered = 0
         self.per_worker = _PER_WORKER_QUEUE
@@ -279,8 +293,9 @@ class Execution:
 
         ``outcomes`` has one entry per chunk of the task (see ``_workers``).
 
-        Raises the worker's exception (with its traceback as ``__cause__``) or
-        :class:`WorkerError` when a worker dies.
+        Raises the worker's exception (with its traceback as ``__cause__``),
+        :class:`WorkerError` when a worker dies, or ``TimeoutError`` when a chunk
+        runs longer than ``timeout``. The caller then terminates the pool.
         """
         from multiprocessing.connection import wait
 
@@ -290,7 +305,7 @@ class Execution:
             for worker in self.workers:
                 by_handle[worker.conn] = worker
                 by_handle[worker.process.sentinel] = worker
-            ready = wait(list(by_handle))
+            ready = wait(list(by_handle), self._wait_limit())
             # Read every pipe before looking at deaths: a worker may answer, then die.
             for handle in ready:
                 worker = by_handle[handle]
@@ -300,7 +315,24 @@ class Execution:
                 worker = by_handle[handle]
                 if handle is not worker.conn:
                     self._on_exit(worker)
+            self._check_deadlines()
             self._dispatch()
+
+    def _wait_limit(self) -> Optional[float]:
+        if self.timeout is None:
+            return None
+        return seconds_to_next_check([worker.clock for worker in self.workers], self.timeout)
+
+    def _check_deadlines(self) -> None:
+        if self.timeout is None:
+            return
+        for worker in self.workers:
+            late = overdue(worker.clock, self.timeout)
+            if late is not None:
+                chunk, elapsed = late
+                raise timeout_error(self.label, chunk, self.timeout,
+                                    f"still running after {elapsed:.2f} s in worker process {worker.process.pid}; "
+                                    "the job was aborted and the workers stopped")
 
     def _read(self, worker: _Worker) -> Iterator[tuple]:
         from ._workers import unpack_outcomes
@@ -309,6 +341,9 @@ class Execution:
             try:
                 message = worker.conn.receive()
             except (EOFError, OSError, RuntimeError):
+                # A broken pipe means a dying worker; a forkserver worker's exit is
+                # reported by the server a moment later, so give it that moment.
+                worker.process.join(_EXIT_REPORT_S)
                 if worker.process.is_alive():
                     raise
                 return  # the worker died mid-message; its sentinel reports it
@@ -377,7 +412,7 @@ def _remote_error(message: tuple, worker: _Worker) -> BaseException:
     if not isinstance(error, BaseException):
         first_line = text.strip().splitlines()[-1] if text.strip() else "unknown error"
         error = RuntimeError(f"fn raised in a worker process: {first_line}")
-    note = f"raised by fn in map worker process {worker.process.pid}, on chunk {chunk}"
+    note = f"raised in map worker process {worker.process.pid}, on chunk {chunk}"
     if hasattr(error, "add_note"):
         error.add_note(note)
     error.__cause__ = RemoteTraceback(text)

@@ -23,10 +23,13 @@ import traceback
 from collections import deque
 from typing import Any, Callable, Optional
 
+import torch
+
 from ._apply import unwrap
 from ._base import TensorCollection
 from ._channel import Link
 from ._chunks import plain_leaves
+from ._deadline import ChunkClock
 from ._gather import fits, skeleton_of, slot_writer, structure_of, write_slot
 from ._sharing import for_transport, prefault, tensor_leaves
 
@@ -122,6 +125,14 @@ class ChunkRunner:
         job = self.job
         if job.mode == ITER:
             return ("s", for_transport(result) if isinstance(result, TensorCollection) else result)
+        if not isinstance(result, (TensorCollection, torch.Tensor)):
+            # Caught here, with the chunk's number, rather than as torch.cat's
+            # "expected Tensor as element 0" once every chunk has run.
+            raise TypeError(
+                f"map: fn returned {_preview(result)} for chunk {chunk}; map gathers what fn returns with "
+                "torch.cat / torch.stack, so fn must return a TensorDict (or tensorclass), a tensor, or None "
+                "(map_iter yields any value)."
+            )
         plan = job.plan
         dim, unbound = plan.dim, plan.unbound
         start, stop = plan.bounds(chunk)
@@ -150,6 +161,14 @@ def fits_some_output(result: Any, dim: int, length: int, unbound: bool) -> bool:
     return len(batch_size) > dim and batch_size[dim] == length and structure_of(result, dim) is not None
 
 
+def _preview(value: Any) -> str:
+    """``value``'s type and a short repr, for an error message."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} (of type {type(value).__name__})"
+
+
 def _describe(result: Any) -> str:
     if not isinstance(result, TensorCollection):
         return f"a {type(result).__name__}"
@@ -166,8 +185,6 @@ def seed_worker(seed: int) -> None:
     """Seed torch and ``random`` (and NumPy when already imported) for one worker."""
     import random
     import sys
-
-    import torch
 
     torch.manual_seed(seed)
     random.seed(seed)
@@ -200,7 +217,7 @@ def _exit_now() -> None:
     os._exit(0)
 
 
-def _die_with_parent(parent_pid: int) -> None:
+def _die_with_parent(parent_pid: Optional[int]) -> None:
     """On Linux, have the kernel kill us if the parent dies, even while ``fn`` runs.
 
     Without it a worker notices only between tasks (its pipe reads end-of-file,
@@ -218,21 +235,23 @@ def _die_with_parent(parent_pid: int) -> None:
             ctypes.CDLL(None).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
-    if os.getppid() != parent_pid:
+    if parent_pid is not None and os.getppid() != parent_pid:
         _exit_now()  # the parent died before we got here
 
 
-def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Optional[Job],
-                inherited_fds: tuple = ()) -> None:
+def worker_main(conn: Any, parent_pid: Optional[int], seed: int, threads: int, job: Optional[Job],
+                inherited_fds: tuple = (), clock: Optional[ChunkClock] = None) -> None:
     """Entry point of a worker process: serve tasks until told to stop or the parent is gone.
 
     ``inherited_fds`` are the parent's ends of the other workers' pipes, which a
     forked child inherits: closing them lets each worker see end-of-file when
     the parent dies, instead of being kept alive by a sibling holding its pipe.
+    ``clock`` records the running chunk for the parent's ``timeout`` checks.
+    ``parent_pid`` is None when our parent process is not the caller (a
+    ``forkserver`` worker is the server's child): then only the pipe's
+    end-of-file tells that the caller is gone.
     """
     import signal
-
-    import torch
 
     for fd in inherited_fds:
         try:
@@ -249,7 +268,7 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
 
     def next_message() -> tuple:
         while not conn.poll(_PARENT_POLL_S):
-            if os.getppid() != parent_pid:
+            if parent_pid is not None and os.getppid() != parent_pid:
                 _exit_now()  # orphaned: the parent died without stopping us
         return link.receive()
 
@@ -266,6 +285,8 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
 
     def on_chunk(chunk: int) -> None:
         current[0] = chunk
+        if clock is not None:
+            clock.start(chunk)
 
     try:
         while True:
@@ -276,8 +297,11 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
                 try:
                     outcomes = runner.run(first, stop, on_chunk)  # type: ignore[union-attr]
                 except Exception as error:
+                    _stop_clock(clock)
                     link.send(error_message(task_id, current[0], error))
                     continue
+                # Stopped before sending: a send held up by a slow reader is not the chunk's time.
+                _stop_clock(clock)
                 link.send(("done", task_id) + pack_outcomes(outcomes))
             elif kind == "output":
                 if runner is not None and not runner.out_known:
@@ -291,6 +315,11 @@ def worker_main(conn: Any, parent_pid: int, seed: int, threads: int, job: Option
                 _exit_now()
     except (EOFError, BrokenPipeError, ConnectionResetError):
         _exit_now()  # the parent closed our pipe: nothing left to do
+
+
+def _stop_clock(clock: Optional[ChunkClock]) -> None:
+    if clock is not None:
+        clock.stop()
 
 
 def pack_outcomes(outcomes: list) -> tuple:
