@@ -371,6 +371,8 @@ class _HeldMember:
     """A TensorDictBase member of TensorDictParams, read from the held TensorDict (as ``__getattr__`` does
     for the names that nothing else defines): the generic versions would miss the re-registration."""
 
+    __slots__ = ("name",)
+
     def __init__(self, name: str) -> None:
         self.name = name
 

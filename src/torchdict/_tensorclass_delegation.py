@@ -19,6 +19,8 @@ pickling and copies.
 """
 from __future__ import annotations
 
+from functools import partial
+
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
@@ -118,24 +120,40 @@ def _rebuild(cls: type, td: TensorDict) -> Any:
 
 
 # ---------------------------------------------------------------------------- delegates
-def _delegate(name: str) -> Callable:
-    """A method calling the TensorDict's ``name`` and rewrapping its result."""
+def _call_delegated(instance: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    """The TensorDict's ``name`` called on the fields (collection arguments unwrapped), its result rewrapped."""
+    td = instance._tensordict
+    try:
+        bound = getattr(td, name)
+    except AttributeError:
+        raise AttributeError(f"{type(instance).__name__!r} object has no attribute {name!r}") from None
+    if args:
+        args = tuple(unwrap(arg) for arg in args)
+    if kwargs:
+        kwargs = {key: unwrap(value) for key, value in kwargs.items()}
+    return rewrap_result(instance, td, bound(*args, **kwargs), name)
 
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        td = self._tensordict
-        try:
-            bound = getattr(td, name)
-        except AttributeError:
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}") from None
-        if args:
-            args = tuple(unwrap(arg) for arg in args)
-        if kwargs:
-            kwargs = {key: unwrap(value) for key, value in kwargs.items()}
-        return rewrap_result(self, td, bound(*args, **kwargs), name)
 
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"``TensorDict.{name}`` on the fields; a result holding only fields keeps the class."
-    return method
+class _Delegated:
+    """A delegated method: ``TensorDict.<name>`` on the fields; a result holding only fields keeps the class.
+
+    One small object per name rather than a closure each: a tensorclass delegates hundreds of methods, and
+    the objects made at import count towards setting off a full garbage collection of torch's heap.
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        if instance is None:
+            return self
+        return partial(_call_delegated, instance, self.name)
+
+
+def _delegate(name: str) -> Any:
+    return _Delegated(name)
 
 
 def _binary_delegate(name: str) -> Callable:

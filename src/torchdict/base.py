@@ -34,6 +34,7 @@ and the type.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import torch
@@ -370,46 +371,64 @@ class TensorDictBase(TensorCollection):
 
 
 # ---------------------------------------------------------------------- the dense-backed part of the API
-def _runs_on_dense(name: str) -> Callable:
-    """A method computing ``TensorDict.<name>`` on the dense form (a result of the same value).
+def _call_on_dense(collection: TensorDictBase, name: str, *args: Any, **kwargs: Any) -> Any:
+    """``TensorDict.<name>`` computed on the dense form (a result of the same value).
 
     Used as a context manager (``with td.flatten_keys() as flat: ...``), the result writes back into the
-    dense form on exit, as for any TensorDict; this collection then takes the dense form's entries.
+    dense form on exit, as for any TensorDict; the collection then takes the dense form's entries.
     """
-    def method(self: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
-        dense = self._dense()
-        result = getattr(dense, name)(*args, **kwargs)
-        if result is dense:
+    dense = collection._dense()
+    result = getattr(dense, name)(*args, **kwargs)
+    if result is dense:
+        return collection
+    if dense is not collection and getattr(result, "_cm", None) is not None:
+        then_on_exit(result, lambda: collection._assign_from(dense, True))
+    return result
+
+
+def _call_and_write_back(collection: TensorDictBase, name: str, values_change: bool, *args: Any,
+                         **kwargs: Any) -> Any:
+    """``TensorDict.<name>`` (which changes its TensorDict) on a scratch copy, then written back: a failure
+    of the op leaves the collection unchanged."""
+    scratch = collection._scratch(values_change)
+    result = getattr(scratch, name)(*args, **kwargs)
+    collection._assign_from(scratch, values_change)
+    return collection if result is scratch else result
+
+
+class _OnDense:
+    """A generic member: ``TensorDict.<name>`` on the dense form, its result new or written back.
+
+    One small object per name (not a closure, a cell and a docstring each): ``import torchdict`` should
+    create few objects, since enough of them set off a full garbage collection of torch's heap (~200 ms).
+    """
+
+    __slots__ = ("name", "values_change")
+
+    def __init__(self, name: str, values_change: Optional[bool] = None) -> None:
+        self.name = name
+        self.values_change = values_change  # None: a new result; else written back
+
+    def __get__(self, collection: Any, owner: type) -> Any:
+        if collection is None:
             return self
-        if dense is not self and getattr(result, "_cm", None) is not None:
-            then_on_exit(result, lambda: self._assign_from(dense, True))
-        return result
-
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"``TensorDict.{name}`` computed on this collection's entries."
-    return method
+        if self.values_change is None:
+            return partial(_call_on_dense, collection, self.name)
+        return partial(_call_and_write_back, collection, self.name, self.values_change)
 
 
-def _writes_back(name: str, values_change: bool) -> Callable:
-    """A method running ``TensorDict.<name>`` (which changes its TensorDict) on a scratch copy, then
-    writing the result back; a failure of the op leaves this collection unchanged."""
-    def method(self: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
-        scratch = self._scratch(values_change)
-        result = getattr(scratch, name)(*args, **kwargs)
-        self._assign_from(scratch, values_change)
-        return self if result is scratch else result
+class _DenseProperty:
+    """A generic read-only property, read from the dense form."""
 
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"``TensorDict.{name}`` on this collection's entries, written back."
-    return method
+    __slots__ = ("name",)
 
+    def __init__(self, name: str) -> None:
+        self.name = name
 
-def _property_on_dense(name: str) -> property:
-    def read(self: TensorDictBase) -> Any:
-        return getattr(self._dense(), name)
-
-    read.__name__ = name
-    return property(read, doc=f"``TensorDict.{name}`` of this collection's entries.")
+    def __get__(self, collection: Any, owner: type) -> Any:
+        if collection is None:
+            return self
+        return getattr(collection._dense(), self.name)
 
 
 # Members computed on the dense form whose result is new (self is left alone).
@@ -469,12 +488,16 @@ DENSE_OPERATORS: tuple = (
 IN_PLACE_OPERATORS: tuple = ("__iadd__", "__iand__", "__ifloordiv__", "__imod__", "__imul__", "__ior__",
                              "__ipow__", "__isub__", "__itruediv__", "__ixor__")
 
-for _name in DENSE_RESULT_METHODS + DENSE_OPERATORS:
-    setattr(TensorDictBase, _name, _runs_on_dense(_name))
-for _name in WRITE_BACK_METHODS + IN_PLACE_OPERATORS:
-    setattr(TensorDictBase, _name, _writes_back(_name, values_change=True))
-for _name in RESTRUCTURE_METHODS:
-    setattr(TensorDictBase, _name, _writes_back(_name, values_change=False))
+#: name -> None (a new result, :func:`_call_on_dense`) or ``values_change`` (:func:`_call_and_write_back`).
+GENERIC_METHODS: dict = {
+    **dict.fromkeys(DENSE_RESULT_METHODS + DENSE_OPERATORS), **dict.fromkeys(WRITE_BACK_METHODS, True),
+    **dict.fromkeys(IN_PLACE_OPERATORS, True), **dict.fromkeys(RESTRUCTURE_METHODS, False),
+}
+
+# Class attributes, not a ``__getattr__`` fallback: a class whose MRO has ``__getattr__`` loses CPython's
+# specialised attribute reads, and TensorDict's hot paths rely on them.
+for _name, _values_change in GENERIC_METHODS.items():
+    setattr(TensorDictBase, _name, _OnDense(_name, _values_change))
 for _name in DENSE_PROPERTIES:
-    setattr(TensorDictBase, _name, _property_on_dense(_name))
-del _name
+    setattr(TensorDictBase, _name, _DenseProperty(_name))
+del _name, _values_change
