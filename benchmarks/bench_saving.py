@@ -141,7 +141,8 @@ def _save_cases() -> list:
              impls={TORCHDICT: for_libraries(library)[TORCHDICT], FLOOR: safetensors_save}),
         Case(f"save {size} over the previous save (floor: torch.save)", setup=setup, max_samples=7,
              impls={**for_libraries(library_overwrite), FLOOR: torch_save_overwrite},
-             note="Same folder (file) every call: torchdict rewrites its files in place."),
+             note="Same folder (file) every call: torchdict writes the new save beside the old one, into the "
+                  "files of the save replaced the call before (rewritten in place), and swaps it in atomically."),
     ]
 
 

@@ -4,6 +4,11 @@ A folder's ``meta.json`` says which format wrote it: torchdict's own (``"format"
 "torchdict"``, read here) or upstream tensordict 0.15.x's flat layout (read by
 :mod:`torchdict._upstream_format`). Both go through one :class:`FolderLoader`, which holds
 the options of the call and loads sub-folders recursively, whatever their format.
+
+Nothing inside the folder is followed through a symlink (``meta.json``, data files, pickles,
+sub-folders; see :mod:`torchdict._nofollow`): with ``mode="r+"`` a followed link would let
+writes to the loaded tensors land outside the folder. A folder missing because a save was
+killed in the middle of swapping it in is first put back (:func:`torchdict._folder_swap.recover`).
 """
 from __future__ import annotations
 
@@ -23,6 +28,8 @@ from ._meta_json import (
     parse_shape,
     read_meta,
 )
+from ._folder_swap import recover
+from ._nofollow import check_folder, read_in_folder
 from ._saved_classes import find_saved_class, names_a_tensordict
 from ._upstream_format import load_upstream_folder
 from .memmap import map_file
@@ -44,8 +51,13 @@ class FolderLoader:
         self.allow_pickle = allow_pickle
         self.pool = pool  # a ThreadPoolExecutor mapping the files, or None
 
-    def load(self, folder: str, parent_batch: torch.Size | None = None) -> Any:
-        """The TensorDict (or registered collection) saved in ``folder``."""
+    def load(self, folder: str, parent_batch: torch.Size | None = None, *, nested: bool = True) -> Any:
+        """The TensorDict (or registered collection) saved in ``folder``.
+
+        A ``nested`` folder (inside the one the caller named) must be a real folder, not a symlink.
+        """
+        if nested:
+            check_folder(folder, writing=False)
         meta = read_meta(folder)
         if meta.get("format") == FORMAT_NAME:
             return _load_torchdict_folder(self, folder, meta, parent_batch)
@@ -54,8 +66,8 @@ class FolderLoader:
     def map(self, path: str, dtype: torch.dtype, shape: torch.Size) -> Any:
         """The file mapped as a MemoryMappedTensor, or a Future of it when a thread pool maps."""
         if self.pool is None:
-            return map_file(path, dtype, shape, mode=self.mode)
-        return self.pool.submit(map_file, path, dtype, shape, mode=self.mode)
+            return map_file(path, dtype, shape, mode=self.mode, in_saved_folder=True)
+        return self.pool.submit(map_file, path, dtype, shape, mode=self.mode, in_saved_folder=True)
 
     def unpickle(self, path: str) -> Any:
         """The object pickled in ``path``, only when the caller opted in with ``allow_pickle=True``."""
@@ -66,8 +78,7 @@ class FolderLoader:
             )
         import pickle
 
-        with open(path, "rb") as handle:
-            return pickle.load(handle)
+        return pickle.loads(read_in_folder(path))
 
     def build(self, storage: dict, batch_size: torch.Size, device: Any, names: Any, class_name: Any,
               folder: str) -> Any:
@@ -157,7 +168,16 @@ def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *, 
 
         pool = ThreadPoolExecutor(max_workers=num_threads)
     try:
-        result = FolderLoader(cls, mode, allow_pickle, pool).load(folder)
+        loader = FolderLoader(cls, mode, allow_pickle, pool)
+        try:
+            result = loader.load(folder, nested=False)
+        except FileNotFoundError:
+            if os.path.exists(folder):
+                raise
+            found = recover(os.path.realpath(folder))
+            if not os.path.exists(found):
+                raise
+            result = loader.load(found, nested=False)
     finally:
         if pool is not None:
             pool.shutdown(wait=True)

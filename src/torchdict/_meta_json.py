@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ._filenames import is_safe_name
+from ._nofollow import open_in_folder, read_in_folder
 
 __all__ = [
     "FORMAT_NAME",
@@ -85,7 +86,7 @@ _KNOWN_METAS: dict = {}
 
 def _stat_signature(path: str) -> tuple | None:
     try:
-        stat = os.stat(path)
+        stat = os.lstat(path)
     except FileNotFoundError:
         return None
     return (stat.st_ino, stat.st_mtime_ns, stat.st_size)
@@ -102,14 +103,22 @@ def _remember_meta(path: str, meta: dict) -> None:
 def write_meta_atomic(folder: str, meta: dict) -> None:
     """Write ``folder/meta.json`` so that it is either absent, old or complete, never partial.
 
-    The temporary name starts with ``%m``, which no escaped key can produce.
+    The temporary name starts with ``%m``, which no escaped key can produce. It is created
+    exclusively and without following a symlink: whatever sits at that name (a leftover of a
+    killed save, a planted link) is removed, never written through. ``os.replace`` then swaps
+    the name itself, so a symlink at ``meta.json`` is replaced, not followed.
     """
     import json
     import threading
 
     data = json.dumps(meta).encode("utf-8")
     temporary = f"{folder}{os.sep}%meta-{os.getpid()}-{threading.get_ident()}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o666)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = open_in_folder(temporary, flags, writing=True)
+    except FileExistsError:
+        os.unlink(temporary)
+        fd = open_in_folder(temporary, flags, writing=True)
     try:
         written = 0
         while written < len(data):
@@ -138,9 +147,8 @@ def meta_unchanged(folder: str, meta: dict) -> bool:
     import json
 
     try:
-        with open(path, encoding="utf-8") as handle:
-            existing = json.load(handle)
-    except (OSError, ValueError):
+        existing = json.loads(read_in_folder(path))
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink, which the save refuses
         return False
     if type(existing) is not dict or type(existing.get("entries")) is not dict or not _same_meta(existing, meta):
         return False
@@ -174,8 +182,7 @@ def read_meta(folder: str) -> dict:
 
     meta_path = os.path.join(folder, META_FILE)
     try:
-        with open(meta_path, encoding="utf-8") as handle:
-            text = handle.read()
+        text = read_in_folder(meta_path)
     except FileNotFoundError:
         if not os.path.isdir(folder):
             raise FileNotFoundError(2, "No such file or directory", meta_path) from None
@@ -186,7 +193,7 @@ def read_meta(folder: str) -> dict:
             meta_path,
         ) from None
     try:
-        meta = json.loads(text)
+        meta = json.loads(text)  # bytes: json detects the UTF-8 encoding
     except ValueError as error:
         raise corrupt_meta(folder, f"not valid JSON ({error})") from None
     if type(meta) is not dict:
@@ -219,10 +226,22 @@ def parse_shape(folder: str, shape: Any) -> torch.Size:
     """
     if type(shape) is not list:
         raise corrupt_meta(folder, f"invalid shape {shape!r}")
+    numel = 1
     for size in shape:
         if type(size) is not int or size < 0:
             raise corrupt_meta(folder, f"invalid shape {shape!r}")
+        numel *= size
+    if numel > _MAX_NUMEL or max(shape, default=0) > _MAX_NUMEL:
+        # torch would overflow computing the size (its message names neither the file nor the shape).
+        from ._errors import SavedShapeError
+
+        raise SavedShapeError(str(corrupt_meta(folder, f"shape {shape!r} holds {numel} elements, more than any "
+                                                       "tensor can")))
     return torch.Size(shape)
+
+
+# The most elements a tensor's byte size can count in int64 whatever its dtype (16 bytes at most).
+_MAX_NUMEL = (2**63 - 1) // 16
 
 
 def entry_path(folder: str, name: Any) -> str:

@@ -58,16 +58,17 @@ def _upstream_kind(meta: dict) -> str:
 def _entry_path(folder: str, key: str, suffix: str) -> str:
     """The file of ``key`` in an upstream folder: the %XX name, or the legacy raw key name."""
     encoded = os.path.join(folder, escape_key(key) + suffix)
-    if os.path.exists(encoded) or not is_safe_name(key + suffix):
+    # lexists: a symlink is found, then refused by the loader, rather than skipped
+    if os.path.lexists(encoded) or not is_safe_name(key + suffix):
         return encoded
     legacy = os.path.join(folder, key + suffix)
-    return legacy if os.path.exists(legacy) else encoded
+    return legacy if os.path.lexists(legacy) else encoded
 
 
 def _pickled_data(loader: FolderLoader, folder: str) -> Any:
     """The ``data`` of a folder's ``other.pickle`` (non-tensor values upstream could not JSON), or None."""
     pickle_path = os.path.join(folder, "other.pickle")
-    if not os.path.exists(pickle_path):
+    if not os.path.lexists(pickle_path):
         return None
     return loader.unpickle(pickle_path)["data"]
 
@@ -108,10 +109,10 @@ def _tensor(loader: FolderLoader, folder: str, key: str, entry: dict, batch_size
         check_fits(folder, key, shape, batch_size)
         return loader.map(path, dtype, shape)
     # A nested tensor: <key>.shape.memmap holds one row of sizes per element.
-    sizes = map_file(_entry_path(folder, key, ".shape.memmap"), torch.int64, shape, mode="r")
+    sizes = map_file(_entry_path(folder, key, ".shape.memmap"), torch.int64, shape, mode="r", in_saved_folder=True)
     element_shapes = [torch.Size(row) for row in sizes.tolist()]
     total = sum(element.numel() for element in element_shapes)
-    flat = map_file(path, dtype, torch.Size([total]), mode=loader.mode)
+    flat = map_file(path, dtype, torch.Size([total]), mode=loader.mode, in_saved_folder=True)
     pieces = []
     offset = 0
     for element in element_shapes:
@@ -136,7 +137,8 @@ def _non_tensor_stack(loader: FolderLoader, folder: str, meta: dict, parent_batc
 def _lazy_stack(loader: FolderLoader, folder: str, meta: dict) -> Any:
     members = []
     index = 0
-    while os.path.isdir(os.path.join(folder, str(index))):
+    # islink: a symlinked member is refused by the loader rather than ending the stack there
+    while os.path.isdir(os.path.join(folder, str(index))) or os.path.islink(os.path.join(folder, str(index))):
         members.append(loader.load(os.path.join(folder, str(index))))
         index += 1
     stack_dim = meta.get("stack_dim", 0)

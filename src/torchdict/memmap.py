@@ -17,6 +17,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ._nofollow import check_file, open_in_folder
+
 __all__ = ["MemoryMappedTensor"]
 
 # Writes of non-contiguous (e.g. expanded) tensors are made contiguous this many
@@ -27,13 +29,19 @@ _FILE_MODE = 0o666  # filtered by the umask, like open()
 
 
 class _MappedFile:
-    """Where a MemoryMappedTensor's storage comes from; shared by all its views."""
+    """Where a MemoryMappedTensor's storage comes from; shared by all its views.
 
-    __slots__ = ("path", "writable")
+    ``identity`` is the mapped file's ``(st_dev, st_ino)`` when known. A save replaces a folder
+    by a new one, so a path can come to name another file than the one a tensor maps; the
+    identity tells them apart (None: unknown, the path is trusted).
+    """
 
-    def __init__(self, path: str, writable: bool) -> None:
+    __slots__ = ("path", "writable", "identity")
+
+    def __init__(self, path: str, writable: bool, identity: tuple | None = None) -> None:
         self.path = path
         self.writable = writable
+        self.identity = identity
 
 
 def _as_shape(shape: Sequence[Any]) -> torch.Size:
@@ -202,10 +210,10 @@ class MemoryMappedTensor(torch.Tensor):
                 result.copy_(source)
             return result
         if copy_data:
-            write_tensor_file(path, source, existsok=existsok)
+            written = write_tensor_file(path, source, existsok=existsok)
         else:
-            allocate_file(path, _nbytes(input.dtype, target_shape), existsok=existsok)
-        return map_file(path, input.dtype, target_shape)
+            written = allocate_file(path, _nbytes(input.dtype, target_shape), existsok=existsok)
+        return map_file(path, input.dtype, target_shape, written=written)
 
     @classmethod
     def from_filename(
@@ -468,22 +476,55 @@ def _allocate(shape: torch.Size, dtype: torch.dtype | None, filename: Any, exist
     if filename is None:
         return _anonymous(dtype, shape)
     path = os.fspath(filename)
-    allocate_file(path, _nbytes(dtype, shape), existsok=existsok)
-    return map_file(path, dtype, shape)
+    written = allocate_file(path, _nbytes(dtype, shape), existsok=existsok)
+    return map_file(path, dtype, shape, written=written)
 
 
-_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_WRITE_FLAGS = os.O_WRONLY | os.O_CREAT
 
 
-def _open_for_write(path: str, existsok: bool) -> int:
+def _identity(info: os.stat_result) -> tuple:
+    return (info.st_dev, info.st_ino)
+
+
+def file_identity(tensor: torch.Tensor) -> tuple | None:
+    """``(st_dev, st_ino)`` of the file ``tensor`` maps, or None (not file-backed, or gone)."""
+    mapped_file = getattr(tensor, "_mapped_file", None)
+    if mapped_file is None:
+        return None
+    if mapped_file.identity is not None:
+        return mapped_file.identity
     try:
-        return os.open(path, _WRITE_FLAGS if existsok else _WRITE_FLAGS | os.O_EXCL, _FILE_MODE)
+        return _identity(os.stat(mapped_file.path))  # recorded without one: trust the path
+    except OSError:
+        return None
+
+
+def _open_for_write(path: str, existsok: bool, source: tuple | None = None) -> int:
+    """Open ``path`` for writing without following a symlink there.
+
+    An existing file is rewritten in place (the page cache keeps its pages: 2-3x faster than a
+    new file), except when that would change data seen through another name: a file with other
+    hard links (a save links unchanged files into the folder that replaces the old one), or the
+    very file ``source`` (the identity of the file the data is read from) maps. Such a file is
+    replaced by a new one; the other names, and mappings of it, keep the old data.
+    """
+    flags = _WRITE_FLAGS if existsok else _WRITE_FLAGS | os.O_EXCL
+    try:
+        fd = open_in_folder(path, flags, _FILE_MODE, writing=True)
     except FileExistsError:
         raise RuntimeError(f"The file {path} already exists.") from None
+    if existsok:
+        info = os.fstat(fd)
+        if info.st_nlink > 1 or (source is not None and source == _identity(info)):
+            os.close(fd)
+            os.unlink(path)
+            fd = open_in_folder(path, flags | os.O_EXCL, _FILE_MODE, writing=True)
+    return fd
 
 
-def allocate_file(path: str, nbytes: int, *, existsok: bool = True) -> None:
-    """Create (or resize) ``path`` to exactly ``nbytes`` bytes without writing them.
+def allocate_file(path: str, nbytes: int, *, existsok: bool = True) -> tuple:
+    """Create (or resize) ``path`` to exactly ``nbytes`` bytes without writing them; returns its identity.
 
     ``ftruncate`` leaves a sparse file: the blocks are only allocated when written,
     so allocating a 50 GB dataset takes microseconds and no disk space.
@@ -491,6 +532,7 @@ def allocate_file(path: str, nbytes: int, *, existsok: bool = True) -> None:
     fd = _open_for_write(path, existsok)
     try:
         os.ftruncate(fd, nbytes)
+        return _identity(os.fstat(fd))
     finally:
         os.close(fd)
 
@@ -514,28 +556,22 @@ def _write_all(fd: int, tensor: torch.Tensor) -> None:
         written += os.write(fd, view[written:])
 
 
-def _shares_file(tensor: torch.Tensor, path: str) -> bool:
-    mapped_file = getattr(tensor, "_mapped_file", None)
-    return mapped_file is not None and os.path.abspath(mapped_file.path) == os.path.abspath(path)
-
-
-def write_tensor_file(path: str, tensor: torch.Tensor, *, existsok: bool = True) -> None:
+def write_tensor_file(path: str, tensor: torch.Tensor, *, existsok: bool = True) -> tuple:
     """Write ``tensor``'s elements (C order, native little-endian) to ``path`` with plain writes.
 
     A contiguous CPU tensor is written straight from its memory; anything else
     (strided, expanded, conjugated, on another device) is made contiguous one chunk
-    of the leading dimension at a time, so memory use stays bounded.
+    of the leading dimension at a time, so memory use stays bounded. Returns the
+    written file's identity (see :class:`_MappedFile`).
     """
     tensor = tensor.detach()
     if tensor.is_conj():
         tensor = tensor.resolve_conj()
     if tensor.is_neg():
         tensor = tensor.resolve_neg()
-    if _shares_file(tensor, path):
-        # Writing a file from a mapping of that same file would read bytes we already
-        # overwrote; take a private copy first.
-        tensor = tensor.clone(memory_format=torch.contiguous_format)
-    fd = _open_for_write(path, existsok)
+    # Writing a file from a mapping of that same file would read bytes already overwritten:
+    # _open_for_write gives such a tensor a new file.
+    fd = _open_for_write(path, existsok, file_identity(tensor))
     try:
         nbytes = tensor.numel() * tensor.element_size()
         if tensor.device.type == "cpu" and tensor.is_contiguous():
@@ -549,33 +585,53 @@ def write_tensor_file(path: str, tensor: torch.Tensor, *, existsok: bool = True)
                 _write_all(fd, tensor[start:start + rows_per_chunk].to("cpu").contiguous())
         # Cut off the tail of a longer file that was there before.
         os.ftruncate(fd, nbytes)
+        return _identity(os.fstat(fd))
+    finally:
+        os.close(fd)
+
+
+def write_bytes_file(path: str, data: bytes) -> None:
+    """Write ``data`` as the whole content of ``path`` (a pickled value), as write_tensor_file writes."""
+    fd = _open_for_write(path, True)
+    try:
+        written = 0
+        while written < len(data):
+            written += os.write(fd, data[written:])
+        os.ftruncate(fd, len(data))
     finally:
         os.close(fd)
 
 
 def map_file(path: str, dtype: torch.dtype, shape: torch.Size, *, mode: str = "r+",
-             size_checked: bool = False) -> MemoryMappedTensor:
+             written: tuple | None = None, shown_path: str | None = None,
+             in_saved_folder: bool = False) -> MemoryMappedTensor:
     """Map an existing file as a MemoryMappedTensor of ``dtype`` and ``shape``.
 
     The file must hold at least the bytes the shape needs (``torch.from_file`` would
     otherwise silently grow it, hiding a truncated file); extra bytes are ignored.
-    ``size_checked=True`` skips that check, for a file this process has just written.
-    ``mode="r"`` maps copy-on-write: writes stay in this process.
+    ``written`` is the identity of a file this process has just written at that size: the
+    size check is skipped. ``shown_path`` is the path the tensor reports (a save writes a
+    file beside its final place, then moves it there). ``in_saved_folder=True`` refuses a
+    symlink or a non-regular file at ``path`` (loading a saved folder). ``mode="r"`` maps
+    copy-on-write: writes stay in this process.
     """
     if mode not in ("r", "r+"):
         raise ValueError(f"mode must be 'r' or 'r+', got {mode!r}.")
     needed = _nbytes(dtype, shape)
-    size = needed if size_checked else os.stat(path).st_size
-    if size < needed:
-        raise RuntimeError(
-            f"The file {path} holds {size} bytes but {len(shape)}-dim {dtype} data of shape "
-            f"{list(shape)} needs {needed} bytes: the file is truncated (was its save interrupted?)."
-        )
+    if written is None:
+        info = check_file(path, writing=False) if in_saved_folder else os.stat(path)
+        written = _identity(info)
+        size = info.st_size
+        if size < needed:
+            raise RuntimeError(
+                f"The file {path} holds {size} bytes but {len(shape)}-dim {dtype} data of shape "
+                f"{list(shape)} needs {needed} bytes: the file is truncated (was its save interrupted?)."
+            )
     writable = mode == "r+"
+    mapped_file = _MappedFile(path if shown_path is None else shown_path, writable, written)
     if needed == 0:
-        return _adopt(torch.empty(shape, dtype=dtype), _MappedFile(path, writable))
-    root = _adopt(torch.from_file(path, shared=writable, size=needed // dtype.itemsize, dtype=dtype),
-                  _MappedFile(path, writable))
+        return _adopt(torch.empty(shape, dtype=dtype), mapped_file)
+    root = _adopt(torch.from_file(path, shared=writable, size=needed // dtype.itemsize, dtype=dtype), mapped_file)
     if len(shape) == 1:
         return root
     # view(*ints) parses much faster than view(torch.Size); this runs once per leaf on load.

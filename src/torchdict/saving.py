@@ -12,9 +12,13 @@ On-disk format (``"format": "torchdict"``, version 1): one folder per TensorDict
   file name of tensors; JSON non-tensor values inline). It is written last, atomically, so a
   folder whose save did not finish has no ``meta.json`` and refuses to load.
 
-A save is planned first (every refusal happens before the first byte is written), then run:
-``meta.json`` files removed root first, tensor files written (from ``num_threads`` threads
-with ``num_threads > 1``), ``meta.json`` files written children first, the root last.
+A save is planned first (every refusal happens before the first byte is written), then run.
+Over an existing save it is written beside it and swapped in (:mod:`torchdict._folder_swap`),
+so the path always holds a complete save; into a new folder (or one holding other files, or
+with ``memmap_like``) it is written in place: ``meta.json`` files removed root first, tensor
+files written (from ``num_threads`` threads with ``num_threads > 1``), ``meta.json`` files
+written children first, the root last. No file is written, or sub-folder entered, through a
+symlink (:mod:`torchdict._nofollow`).
 
 The other concerns live in their own modules:
 
@@ -23,19 +27,24 @@ The other concerns live in their own modules:
 - :mod:`torchdict._saved_classes`: the class registry (:func:`register_saved_class`, re-exported);
 - :mod:`torchdict._loading`: ``load_memmap`` (:func:`load_memmap`, re-exported);
 - :mod:`torchdict._upstream_format`: folders written by upstream tensordict 0.15.x;
+- :mod:`torchdict._folder_swap`: the crash-safe replacement of an existing save;
+- :mod:`torchdict._nofollow`: opening files inside a saved folder without following symlinks;
 - :mod:`torchdict.memmap`: ``MemoryMappedTensor`` and the raw file writes and mappings.
 """
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
 import torch
 
 from ._base import TensorCollection
 from ._filenames import key_to_filename
+from ._folder_swap import FolderSwap, begin_swap, holds_only_a_save, recover
 from ._loading import load_memmap
-from ._meta_json import folder_meta, meta_unchanged, remove_meta, tensor_entry, write_meta_atomic
+from ._meta_json import META_FILE, folder_meta, meta_unchanged, remove_meta, tensor_entry, write_meta_atomic
+from ._nofollow import link_refused
 from ._saved_classes import register_saved_class, saved_class_name
 from .memmap import (
     MemoryMappedTensor,
@@ -43,6 +52,7 @@ from .memmap import (
     _check_storable,
     allocate_file,
     map_file,
+    write_bytes_file,
     write_tensor_file,
 )
 from .nontensor import NonTensorData, NonTensorStack
@@ -137,8 +147,6 @@ def _collection_td(value: Any) -> Any:
 def _plan(source: Any, path: str | None, key_path: tuple, options: _Options) -> _Node:
     td = _collection_td(source)
     node = _Node(source, td, path, key_path)
-    if key_path and path is not None and os.path.islink(path):
-        raise RuntimeError(f"Refusing to write the memory-mapped TensorDict through the symlink {path}.")
     for key, value in td._tensordict.items():
         full_key = key_path + (key,)
         if isinstance(value, torch.Tensor):
@@ -209,13 +217,64 @@ def _walk(node: _Node):
         yield from _walk(child)
 
 
+def _refuse_links(node: _Node) -> None:
+    """Refuse a symlink at any path this in-place save would write or enter, before writing anything."""
+    if node.path is None:
+        return  # anonymous shared memory: no folder
+    try:
+        with os.scandir(node.path) as entries:
+            links = {entry.name for entry in entries if entry.is_symlink()}
+    except (FileNotFoundError, NotADirectoryError):
+        return  # nothing there yet, so nothing below either
+    if links:
+        names = [META_FILE]
+        names += [os.path.basename(file_path) for _, _, file_path in node.leaves]
+        names += [os.path.basename(file_path) for file_path, _ in node.pickles]
+        names += [os.path.basename(child.path) for _, child in node.children]
+        for name in names:
+            if name in links:
+                raise link_refused(node.path + os.sep + name, writing=True)
+    for _, child in node.children:
+        _refuse_links(child)
+
+
+def _layout(node: _Node) -> dict:
+    """The names a save writes in ``node``'s folder: None for a file, the layout of a sub-folder."""
+    layout: dict = {os.path.basename(file_path): None for _, _, file_path in node.leaves}
+    layout.update((os.path.basename(file_path), None) for file_path, _ in node.pickles)
+    layout.update((os.path.basename(child.path), _layout(child)) for _, child in node.children)
+    return layout
+
+
+def _replaced_save(path: str, options: _Options) -> str | None:
+    """The real path of the save this one replaces whole (swapped), or None to write in place.
+
+    ``memmap_like`` keeps the bytes of files that exist, so it always works in place; so does
+    a save into a new folder, or into one holding anything but a save (see holds_only_a_save).
+    """
+    if options.like:
+        return None
+    try:
+        if not stat.S_ISDIR(os.stat(path).st_mode):
+            return None
+    except FileNotFoundError:
+        return None
+    real = os.path.realpath(path)  # the folder is swapped where it lies; a symlink to it stays
+    return real if holds_only_a_save(real) else None
+
+
 # ---------------------------------------------------------------------- saving: execute
-def _store_leaf(tensor: torch.Tensor, file_path: str | None, like: bool) -> MemoryMappedTensor:
-    """Write (or allocate) one leaf and return it mapped."""
+def _store_leaf(tensor: torch.Tensor, file_path: str | None, like: bool, swap: FolderSwap | None) -> MemoryMappedTensor:
+    """Write (or allocate) one leaf and return it mapped.
+
+    ``file_path`` is the leaf's final path; with a swap the file is written in the work
+    folder (under its final name once swapped in), so the tensor reports the final path.
+    """
     if file_path is None:
         if like:
             return _anonymous(tensor.dtype, tensor.shape)
         return MemoryMappedTensor.from_tensor(tensor.detach())
+    write_path = file_path if swap is None else swap.relocate(file_path)
     mapped = getattr(tensor, "_mapped_file", None)
     if (
         mapped is not None
@@ -224,22 +283,41 @@ def _store_leaf(tensor: torch.Tensor, file_path: str | None, like: bool) -> Memo
         and tensor.storage_offset() == 0
         and tensor.is_contiguous()
         and tensor.untyped_storage().nbytes() == tensor.nbytes
+        and _still_named(mapped, file_path)
     ):
-        return tensor  # already this very file, whole and in order: nothing to write
+        # Already this very file, whole and in order: nothing to write. A swap links it into
+        # the new folder, so the file (and every mapping of it) stays the saved one.
+        if swap is None or swap.link(file_path, write_path):
+            return tensor
     if like:
-        allocate_file(file_path, tensor.numel() * tensor.element_size())
+        written = allocate_file(write_path, tensor.numel() * tensor.element_size())
     else:
-        write_tensor_file(file_path, tensor)
-    return map_file(file_path, tensor.dtype, tensor.shape, size_checked=True)
+        written = write_tensor_file(write_path, tensor)
+    return map_file(write_path, tensor.dtype, tensor.shape, written=written, shown_path=file_path)
+
+
+def _still_named(mapped: Any, path: str) -> bool:
+    """True when ``path`` still names the file ``mapped`` maps (a later save may have replaced it)."""
+    if mapped.identity is None:
+        return True  # mapped without knowing the file: trust the path, as the name is all there is
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    return (info.st_dev, info.st_ino) == mapped.identity
 
 
 def _make_folder(path: str, is_root: bool) -> bool:
-    """Create ``path`` (its parents too for the root); True when it did not exist before."""
-    import stat
+    """Create ``path`` (its parents too for the root); True when it did not exist before.
 
+    Only the root may be a symlink (to the folder the caller chose); a sub-folder may not.
+    """
     try:
-        if stat.S_ISDIR(os.stat(path).st_mode):
+        mode = os.stat(path).st_mode if is_root else os.lstat(path).st_mode
+        if stat.S_ISDIR(mode):
             return False  # the common case when saving again: one stat, no failing mkdir
+        if stat.S_ISLNK(mode):
+            raise link_refused(path, writing=True)
         raise NotADirectoryError(f"Cannot save into {path}: it exists and is not a folder.")
     except FileNotFoundError:
         pass
@@ -290,30 +368,54 @@ def _run_in_threads(run: Any, jobs: list, num_threads: int) -> list:
     return results
 
 
-def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool) -> Any:
+def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool, replaced: str | None) -> Any:
+    swap = None if replaced is None or root.path is None else begin_swap(replaced, root.path)
+    try:
+        mapped = _write(root, options, num_threads, swap)
+        if swap is not None:
+            swap.commit()
+    except BaseException:
+        if swap is not None:
+            swap.abandon()
+        raise
+    result = _assemble(root, mapped, inplace)
+    result_td = _collection_td(result)
+    result_td._lock_tree()
+    return result
+
+
+def _write(root: _Node, options: _Options, num_threads: int, swap: FolderSwap | None) -> dict:
+    """Write every file of the save (into the work folder with a swap); the stored leaves by (node, key)."""
     nodes = list(_walk(root))
     metas: dict = {}
+
+    def where(path: str) -> str:
+        return path if swap is None else swap.relocate(path)
+
     if root.path is not None:
         metas = {id(node): folder_meta(node.td._batch_size, node.td._names, node.class_name, node.entries)
                  for node in nodes}
-        stale = []
-        for node in nodes:  # root first, so that parents exist before their children
-            if options.like and meta_unchanged(node.path, metas[id(node)]):
-                # memmap_like writes no data: files only get (re)sized to what this very
-                # meta.json already describes, so the folder stays consistent throughout.
-                # (Its meta.json exists, so the folder does: no second stat.)
-                metas[id(node)] = None
-            elif not _make_folder(node.path, node is root):
-                stale.append(node)
-        for node in stale:
-            # Mark the folder incomplete before touching a file: a save killed from here on
-            # leaves no meta.json that would describe half-written data.
-            remove_meta(node.path)
+        if swap is not None:
+            swap.prepare(_layout(root))  # the work folder is not the save until swapped in
+        else:
+            stale = []
+            for node in nodes:  # root first, so that parents exist before their children
+                if options.like and meta_unchanged(node.path, metas[id(node)]):
+                    # memmap_like writes no data: files only get (re)sized to what this very
+                    # meta.json already describes, so the folder stays consistent throughout.
+                    # (Its meta.json exists, so the folder does: no second stat.)
+                    metas[id(node)] = None
+                elif not _make_folder(node.path, node is root):
+                    stale.append(node)
+            for node in stale:
+                # Mark the folder incomplete before touching a file: a save killed from here on
+                # leaves no meta.json that would describe half-written data.
+                remove_meta(node.path)
     jobs = [(node, key, tensor, file_path) for node in nodes for key, tensor, file_path in node.leaves]
     stored: list
 
     def run(job: tuple) -> MemoryMappedTensor:
-        return _store_leaf(job[2], job[3], options.like)
+        return _store_leaf(job[2], job[3], options.like, swap)
 
     if num_threads and num_threads > 1 and len(jobs) > 1:
         stored = _run_in_threads(run, jobs, num_threads)
@@ -323,16 +425,12 @@ def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool) ->
     if root.path is not None:
         for node in nodes:
             for file_path, payload in node.pickles:
-                with open(file_path, "wb") as handle:
-                    handle.write(payload)
+                write_bytes_file(where(file_path), payload)
         # Children before parents, the root last: the root's meta.json marks the save complete.
         for node in reversed(nodes):
             if metas[id(node)] is not None:
-                write_meta_atomic(node.path, metas[id(node)])
-    result = _assemble(root, mapped, inplace)
-    result_td = _collection_td(result)
-    result_td._lock_tree()
-    return result
+                write_meta_atomic(where(node.path), metas[id(node)])
+    return mapped
 
 
 def _assemble(node: _Node, mapped: dict, inplace: bool) -> Any:
@@ -372,22 +470,29 @@ def save_collection(source: Any, prefix: Any = None, *, copy_existing: bool = Fa
                     like: bool = False, inplace: bool = False) -> Any:
     """Memory-map a TensorDict or tensorclass instance (the engine behind ``memmap*``).
 
-    Everything that can be refused (bad keys, non-JSON values, existing files) is refused
-    before the first byte is written.
+    Everything that can be refused (bad keys, non-JSON values, existing files, symlinks)
+    is refused before the first byte is written. Over an existing save, the new one is
+    written beside it and swapped in (see :mod:`torchdict._folder_swap`).
     """
     path = None if prefix is None else os.path.abspath(os.fspath(prefix))
+    if path is not None and not os.path.exists(path):
+        recover(os.path.realpath(path))  # a swap killed between its two renames: finish it first
     options = _Options(like, copy_existing, existsok, allow_pickle)
     root = _plan(source, path, (), options)
+    replaced = None
     if path is not None:
+        replaced = _replaced_save(path, options)
+        if replaced is None:
+            _refuse_links(root)  # a swap writes a new folder: nothing in the old one is written
         for node in _walk(root):
             if node.class_name is not None:
                 register_saved_class(type(node.source))
     if not return_early:
-        return _execute(root, options, num_threads, inplace)
+        return _execute(root, options, num_threads, inplace, replaced)
     from concurrent.futures import ThreadPoolExecutor
 
     executor = ThreadPoolExecutor(max_workers=1)
-    future = executor.submit(_execute, root, options, num_threads, inplace)
+    future = executor.submit(_execute, root, options, num_threads, inplace, replaced)
     executor.shutdown(wait=False)
     return future
 
