@@ -73,7 +73,7 @@ def every_dtype_td(seed: int) -> TensorDict:
     td["transposed"] = make((4, 3), torch.float32).t()
     td["big_strided"] = make((3, 262144), torch.float32)[:, ::2]
     td["label"] = "zero" if seed == 0 else f"seed-{seed}"
-    td["per_item"] = NonTensorStack([None, 0, ""] if seed == 0 else [{"k": [1, 2]}, 2.5, "é"], [3])
+    td["per_item"] = NonTensorStack(*([None, 0, ""] if seed == 0 else [{"k": [1, 2]}, 2.5, "é"]))
     return td
 
 

@@ -114,7 +114,7 @@ def test_tensor_index_on_dim0_uses_torch_semantics_for_negative_and_int32_rows()
 
 
 def test_tensor_index_on_a_tensordict_without_tensor_leaves_still_checks_bounds():
-    td = TensorDict({"s": NonTensorStack(["a", "b", "c"], [3])}, batch_size=[3])
+    td = TensorDict({"s": NonTensorStack("a", "b", "c")}, batch_size=[3])
     assert td[torch.tensor([2, 0])]["s"] == ["c", "a"]
     with pytest.raises(IndexError, match="index 5 is out of bounds for dimension 0 with size 3"):
         TensorDict(batch_size=[3])[torch.tensor([5])]
@@ -333,7 +333,8 @@ def test_failed_write_is_atomic():
     before = snapshot(td)
     # "key 1" would fit; "n"/"x" has the wrong feature shape: nothing may be written.
     value = TensorDict({"key 1": torch.zeros(4, 5), "n": {"x": torch.zeros(4, 3)}}, batch_size=[4])
-    with pytest.raises(RuntimeError, match="must match the existing size"):
+    with pytest.raises(RuntimeError, match=r"the value at key \('n', 'x'\) has shape torch\.Size\(\[4, 3\]\), "
+                                           r"which does not fit the indexed slot of shape torch\.Size\(\[4, 2\]\)"):
         td[0] = value
     assert_same_snapshot(before, snapshot(td))
     # A new key on a locked td after a valid one: nothing written either.
@@ -352,10 +353,12 @@ def test_setitem_of_a_tensor_over_a_sub_tensordict_raises_inplace_error():
     assert_same_snapshot(before, snapshot(td))
 
 
-def test_setitem_tensor_that_does_not_broadcast_raises_torch_error():
+def test_setitem_tensor_that_does_not_broadcast_names_the_key_and_shapes():
     td = make_td()
     before = snapshot(td)
-    with pytest.raises(RuntimeError, match="The expanded size of the tensor"):
+    # A RuntimeError as upstream's (torch's expand error), worded with the key and the shapes.
+    with pytest.raises(RuntimeError, match=r"the value at key 'key 1' has shape torch\.Size\(\[3\]\), which does "
+                                           r"not fit the indexed slot of shape torch\.Size\(\[3, 5\]\)"):
         td[:, 0] = torch.ones(3)
     assert_same_snapshot(before, snapshot(td))
 
@@ -439,7 +442,7 @@ def test_preallocation_of_non_tensor_values_broadcasts_then_stacks():
     assert type(data.get("s")) is NonTensorData
     data[2] = TensorDict({"s": "b"})
     assert data["s"] == ["a", "a", "b", "a"]
-    data[0:2] = TensorDict({"s": NonTensorStack(["x", "y"], [2])}, [2])
+    data[0:2] = TensorDict({"s": NonTensorStack("x", "y")}, [2])
     assert data["s"] == ["x", "y", "b", "a"]
 
 

@@ -110,7 +110,7 @@ def test_non_tensor_reads_match_the_dense_stack():
     tds = [TensorDict(s="a", batch_size=[2]), TensorDict(s="b", batch_size=[2])]
     td, dense = lazy_stack(tds, 1), torch.stack(tds, 1)
     assert td["s"] == dense["s"] == [["a", "b"], ["a", "b"]]
-    assert isinstance(td.get("s"), NonTensorStack) and td.get("s") == dense.get("s")
+    assert isinstance(td.get("s"), NonTensorStack) and (td.get("s") == dense.get("s")).all()
 
 
 def test_mixed_kinds_raise():

@@ -7,7 +7,7 @@ from torchdict.nontensor import combine_non_tensor
 
 
 def grid(values, shape):
-    return NonTensorStack(values, shape)
+    return NonTensorStack._from_flat(values, shape)
 
 
 @pytest.mark.parametrize(
@@ -51,10 +51,10 @@ def test_set_at_writes_selected_positions():
     stack = grid(["a", "b", "c"], (3,))
     stack._set_at(torch.tensor([True, False, True]), "z")
     assert stack.tolist() == ["z", "b", "z"]
-    stack._set_at(slice(0, 2), NonTensorStack(["p", "q"], (2,)))
+    stack._set_at(slice(0, 2), NonTensorStack("p", "q"))
     assert stack.tolist() == ["p", "q", "z"]
     with pytest.raises(RuntimeError, match="Cannot write 2 non-tensor values into 3 positions"):
-        stack._set_at(slice(None), NonTensorStack(["p", "q"], (2,)))
+        stack._set_at(slice(None), NonTensorStack("p", "q"))
 
 
 def test_nested_list_round_trip():
@@ -121,7 +121,7 @@ def test_writing_one_value_at_an_index_reads_back_as_that_value():
     td[:] = TensorDict({"a": torch.ones(2, 3), "s": "w"}, batch_size=[2, 3])
     assert td["s"] == "w" and type(td.get("s")) is NonTensorData
     # Values given one per element stay per element, even when some are equal.
-    stack = NonTensorStack(["p", "p", "q"], [3])
+    stack = NonTensorStack("p", "p", "q")
     assert stack._batch_op(lambda grid: grid[:2]).data == ["p", "p"]
 
 

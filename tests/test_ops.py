@@ -225,7 +225,7 @@ def test_a_tensor_with_more_dims_grows_the_batch_in_front():
     assert torch.equal(result["f"], td["f"][None, :, :] + other[:, :, None])
     empty_batch = TensorDict(a=torch.ones(3)) * torch.tensor([1.0, 2.0, 3.0])
     assert empty_batch.batch_size == torch.Size([3]) and empty_batch["a"].shape == torch.Size([3, 3])
-    td["names"] = NonTensorStack(["x", "y", "z"], [3])
+    td["names"] = NonTensorStack("x", "y", "z")
     td["sub"] = TensorDict(b=torch.zeros(3, 5), batch_size=[3, 5])
     grown = td + torch.ones(2, 3)
     assert grown["names"] == [["x", "y", "z"], ["x", "y", "z"]]

@@ -65,7 +65,7 @@ def test_round_trip_keeps_everything():
 
 def test_round_trip_with_device_and_non_tensor_stack():
     td = TensorDict({"a": torch.zeros(2, 3)}, batch_size=[2], device="cpu")
-    td["tags"] = NonTensorStack(["u", "v"], [2])
+    td["tags"] = NonTensorStack("u", "v")
     back = pytree.tree_unflatten(*pytree.tree_flatten(td))
     assert back.device == torch.device("cpu")
     assert back["tags"] == ["u", "v"]
@@ -110,7 +110,7 @@ def test_tree_map_to_another_device_drops_the_device():
 
 def test_non_tensor_stack_cannot_follow_a_batch_change():
     td = TensorDict({"a": torch.zeros(2, 3)}, batch_size=[2])
-    td["tags"] = NonTensorStack(["u", "v"], [2])
+    td["tags"] = NonTensorStack("u", "v")
     with pytest.raises(ValueError, match="NonTensorStack at key 'tags'"):
         pytree.tree_map(lambda t: t[0], td)
 

@@ -12,9 +12,10 @@ import os
 import pytest
 import torch
 
-from torchdict import TensorDict, _accel
+from torchdict import NonTensorData, NonTensorStack, TensorDict, _accel
 
 C = _accel._C
+_BY_VALUE = (torch.Tensor, NonTensorData, NonTensorStack)
 needs_c = pytest.mark.skipif(C is None, reason="the C extension is not in use")
 
 
@@ -221,7 +222,8 @@ def _tc_outcome(getitem, data, index: object) -> tuple:  # type: ignore[no-untyp
         result = getitem(data, index)
     except Exception as error:  # noqa: BLE001 - the error is the outcome compared
         return ("raised", type(error), str(error))
-    fields = {name: (type(value), value.tolist()) if isinstance(value, torch.Tensor) else value
+    # Tensors and non-tensor leaves compare by value (``==`` on a non-tensor leaf answers per element).
+    fields = {name: (type(value), value.tolist()) if isinstance(value, _BY_VALUE) else value
               for name, value in result._tensordict.items()}
     return (type(result), result.batch_size, result.device, fields, result.is_locked)
 
@@ -264,7 +266,8 @@ def _init_outcome(init, cls: type, args: tuple, kwargs: dict) -> tuple:  # type:
         init(data, *args, **kwargs)
     except Exception as error:  # noqa: BLE001 - the error is the outcome compared
         return ("raised", type(error), str(error))
-    fields = {name: (type(value), value.tolist()) if isinstance(value, torch.Tensor) else value
+    # Tensors and non-tensor leaves compare by value (``==`` on a non-tensor leaf answers per element).
+    fields = {name: (type(value), value.tolist()) if isinstance(value, _BY_VALUE) else value
               for name, value in data._tensordict.items()}
     return (data.batch_size, type(data.batch_size), data.device, fields, list(data._tensordict.keys()))
 

@@ -24,8 +24,9 @@ from ._apply_tree import plain_tree_storage
 from ._base import TensorCollection
 from ._accel import lengths_fit
 from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
-from ._errors import batch_mismatch_error, missing_key_error
+from ._errors import batch_mismatch_error, inplace_error, missing_key_error
 from ._keys import key_to_tuple
+from ._write_checks import check_copy
 from .nontensor import NonTensorData
 
 _Tensor = torch.Tensor
@@ -161,6 +162,10 @@ def apply(td: Any, fn: Callable, others: tuple, *, batch_size: Any = None, devic
     other_storages = [_storage_of(other) for other in others]
     storage = run.storage(td, other_storages, new_batch, prefix)
     if inplace:
+        # Every result was computed and checked before this first write: a failing fn or a result that
+        # doesn't fit its leaf leaves td unchanged.
+        for leaf, value in run.pending:
+            leaf.copy_(value)
         return td
     if out is not None:
         out.update(td._new_unsafe(storage, new_batch, new_device), inplace=True)
@@ -226,7 +231,7 @@ class _ApplyRun:
     """One call of apply: its options, and whether some leaf was dropped (``fn`` returned None)."""
 
     __slots__ = ("fn", "device", "inplace", "default", "filter_empty", "call_on_nested", "is_leaf", "named",
-                 "nested_keys", "dropped", "written")
+                 "nested_keys", "dropped", "written", "pending")
 
     def __init__(self, fn: Callable, device: Any, inplace: bool, default: Any, filter_empty: Optional[bool],
                  call_on_nested: bool, is_leaf: Optional[Callable], named: bool, nested_keys: bool) -> None:
@@ -242,6 +247,7 @@ class _ApplyRun:
         self.dropped = False
         # In place, a tensor held under several keys (``fromkeys`` shares one) is written once.
         self.written: set = set()
+        self.pending: list = []  # in place: (leaf, checked result), written once every result is known
 
     def drops_empty(self, sub: Any) -> bool:
         """Whether a sub-TensorDict whose result holds nothing is left out: by default when ``fn``
@@ -266,7 +272,7 @@ class _ApplyRun:
                     return tree
             return self._plain_storage(td, batch_size, prefix)
         n_batch = len(batch_size)
-        fn, named, inplace = self.fn, self.named, self.inplace
+        fn, named, inplace, pending = self.fn, self.named, self.inplace, self.pending
         result: dict = {}
         for key, leaf in storage.items():
             other_leaves = [other_storage.get(key, default) for other_storage in other_storages]
@@ -285,7 +291,10 @@ class _ApplyRun:
                 self.dropped = True
             elif inplace:
                 if value is not leaf:
-                    leaf.copy_(value)
+                    # The common result (a tensor of the leaf's shape) needs no other check.
+                    if value.__class__ is not _Tensor or value.shape != leaf.shape or leaf.requires_grad:
+                        self._check_inplace(td, prefix + (key,) if prefix else key, leaf, value, batch_size)
+                    pending.append((leaf, value))
             else:
                 result[key] = self._checked(value, name, batch_size, n_batch)
         return result
@@ -345,6 +354,16 @@ class _ApplyRun:
             # pop: the tensors-first result above holds no key yet for a dropped sub-TensorDict.
             result.pop(key, None)
         return result
+
+    @staticmethod
+    def _check_inplace(td: Any, name: Any, leaf: torch.Tensor, value: Any, batch_size: torch.Size) -> None:
+        """Refuse, before anything is written, a result ``apply_`` can't copy into its leaf (upstream's types:
+        E-BATCH for leading dims that don't fit the batch, ``InplaceWriteError`` otherwise)."""
+        if not isinstance(value, _Tensor):
+            raise inplace_error(name, td, f"fn returned a {type(value).__name__}, not a tensor")
+        if not fits_batch(value.shape, batch_size):
+            raise batch_mismatch_error(batch_size, value.shape, name)
+        check_copy(name, td, leaf, value)
 
     def _checked(self, value: Any, name: Any, batch_size: torch.Size, n_batch: int) -> Any:
         """``fn``'s return as a leaf of a TensorDict of batch ``batch_size`` on the result's device."""

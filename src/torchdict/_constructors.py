@@ -13,6 +13,7 @@ from ._apply import unwrap
 from ._base import TensorCollection
 from ._convert import to_leaf
 from ._keys import key_to_tuple
+from ._rebatch import restore_batches, snapshot_batches
 from .nontensor import NonTensorData, NonTensorStack
 
 if TYPE_CHECKING:
@@ -155,7 +156,13 @@ class ConstructorsMixin:
         >>> td.batch_size, td["n"].batch_size
         (torch.Size([4]), torch.Size([4, 3]))
         """
-        _auto_batch_size(self, batch_dims)
+        # Level by level, the sub-TensorDicts first: a refusal part-way (a locked level) is undone.
+        levels = snapshot_batches(self)
+        try:
+            _auto_batch_size(self, batch_dims)
+        except BaseException:
+            restore_batches(levels)
+            raise
         return self
 
 

@@ -139,7 +139,10 @@ def adopt_collection(value: Any, key: Any, batch_size: torch.Size, device: Optio
     """Fit a TensorDict (or tensorclass) under a parent with ``batch_size``/``device``."""
     if value.batch_size[: len(batch_size)] != batch_size:
         # Like upstream: a sub-collection whose leaves fit the parent's batch is
-        # re-batched to it; otherwise the batch-size setter raises.
+        # re-batched to it; otherwise the batch-size setter raises. A locked one can't
+        # change its batch size: a shallow copy of it is re-batched (upstream always copies).
+        if value.is_locked:
+            value = value.copy()
         value.batch_size = batch_size
     if device is not None and value.device != device:
         value = value.to(device)

@@ -79,11 +79,51 @@ def through_leaf_error(leaf_key: str, leaf: object, next_key: str) -> KeyThrough
     )
 
 
-def inplace_error(key: object, td: object, cause: Optional[BaseException] = None) -> InplaceWriteError:
+def inplace_error(key: object, td: object, cause: Optional[object] = None) -> InplaceWriteError:
     reason = f": {cause}" if cause is not None else ""
     if type(key) is tuple and len(key) == 1:
         key = key[0]
-    return InplaceWriteError(f"Failed to update {key!r} in tensordict {td}{reason}")
+    return InplaceWriteError(f"Failed to update {key!r} in tensordict {_summary(td)}{reason}")
+
+
+def _summary(td: object) -> str:
+    """A one-line description of a TensorDict for an error message (the full repr spans many lines and would
+    bury the reason that follows it)."""
+    try:
+        keys = sorted(map(str, td.keys()))  # type: ignore[attr-defined]
+        return f"{type(td).__name__}(batch_size={list(td.batch_size)}, keys={keys})"  # type: ignore[attr-defined]
+    except Exception:  # an error message must not fail on an unusual object
+        return f"{type(td).__name__}"
+
+
+def entry_shape_error(key: object, td: object, shape: torch.Size, entry_shape: torch.Size) -> InplaceWriteError:
+    """An in-place write whose value doesn't broadcast to the entry (``set_``, ``apply_``): upstream's type and
+    wording, naming the key and both shapes (torch's own message names neither the key nor the entry)."""
+    return inplace_error(key, td, f"the value of shape {shape} does not fit the entry of shape {entry_shape}")
+
+
+def slot_shape_error(key: object, shape: torch.Size, slot_shape: torch.Size, entry_shape: torch.Size) -> RuntimeError:
+    """``td[index] = value`` with a leaf that doesn't fit its slot (upstream raises torch's ``expand`` error, a
+    RuntimeError, which names no key)."""
+    if type(key) is tuple and len(key) == 1:
+        key = key[0]
+    return RuntimeError(f"td[index] = value: the value at key {key!r} has shape {shape}, which does not fit the "
+                        f"indexed slot of shape {slot_shape} (the entry has shape {entry_shape}).")
+
+
+class NotAMappingError(TypeError, AttributeError):
+    """``update(5)``: the source is not a mapping. A TypeError, and an AttributeError too, since upstream
+    raises ``AttributeError: 'int' object has no attribute 'items'`` and code may catch that."""
+
+
+def not_a_mapping_error(method: str, value: object) -> NotAMappingError:
+    return NotAMappingError(f"{method}() expects a mapping (a dict or a TensorDict) of entries, got an object of "
+                            f"type {type(value).__name__}.")
+
+
+class SavedShapeError(ValueError, RuntimeError):
+    """A ``meta.json`` shape too large for any tensor. A ValueError as every invalid ``meta.json``, and a
+    RuntimeError, the type upstream's loader gives for it (torch's size-overflow error)."""
 
 
 def _format_key_set(keys: set) -> str:

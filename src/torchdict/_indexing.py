@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from itertools import repeat
 from typing import Any, Optional
 
 import torch
 
 from ._apply import rewrap, unwrap
 from ._base import TensorCollection
-from ._errors import inplace_error, locked_error
+from ._errors import inplace_error, locked_error, slot_shape_error
+from ._write_checks import broadcasts_into, check_grad_writable
 from .memmap import PLAIN_ALIAS, plain_alias
 from .memmap import MemoryMappedTensor as _MemoryMappedTensor
 from .nontensor import NonTensorData, NonTensorStack
@@ -438,9 +440,13 @@ class _WritePlan:
     int (``td[i] = v``): a value then fits a leaf when
     ``value.shape == leaf.shape[shift:]``, a cheaper test than comparing
     the feature dims of both. It is None for other indices.
+
+    ``cast`` is True when the index holds a tensor: the write then goes through
+    ``index_put_``, which refuses a value of another dtype (basic indexing casts),
+    so values are cast while planning rather than refused half-way.
     """
 
-    __slots__ = ("index", "top_batch", "dest_batch", "n_dest", "shift", "copies", "others")
+    __slots__ = ("index", "top_batch", "dest_batch", "n_dest", "shift", "cast", "copies", "others")
 
     def __init__(self, index: Any, top_batch: torch.Size, dest_batch: torch.Size, shift: Optional[int]) -> None:
         self.index = index
@@ -448,22 +454,21 @@ class _WritePlan:
         self.dest_batch = dest_batch  # the batch of its indexed part
         self.n_dest = len(dest_batch)
         self.shift = shift
+        self.cast = shift is None and any(map(isinstance, index if type(index) is tuple else (index,),
+                                              repeat(_Tensor)))
         self.copies: list = []  # (existing tensor, value tensor): existing[index] = value
         self.others: list = []  # (callable, args): allocations, new entries, non-tensor writes
 
 
-def _check_broadcast(value: torch.Tensor, target_shape: torch.Size) -> None:
-    """Raise torch's error when ``value`` can't be written into a slot of ``target_shape``."""
+def _check_broadcast(value: torch.Tensor, target_shape: torch.Size, key: Any, entry_shape: torch.Size) -> None:
+    """Refuse a ``value`` that can't be written into a slot of ``target_shape`` (torch's rule for
+    ``slot[...] = value``: leading size-1 dims dropped, then broadcast), naming the key and the shapes
+    (torch's ``expand`` error, upstream's, names neither the key nor the entry)."""
     shape = value.shape
     while len(shape) > len(target_shape) and shape[0] == 1:
         shape = shape[1:]
-    try:
-        if torch.broadcast_shapes(shape, target_shape) == target_shape:
-            return
-    except RuntimeError:
-        pass
-    value.reshape(shape).expand(target_shape)  # raises torch's "expanded size" error
-    raise RuntimeError(f"a value of shape {value.shape} cannot be written into a slot of shape {target_shape}")
+    if not broadcasts_into(shape, target_shape):
+        raise slot_shape_error(key, value.shape, target_shape, entry_shape)
 
 
 def _broadcasts_to(batch: torch.Size, target: torch.Size) -> bool:
@@ -499,6 +504,7 @@ def _plan_collection(plan: _WritePlan, target: Any, source: Any, prefix: tuple) 
     """Plan writing every entry of ``source`` (a TensorDict) into ``target`` at ``plan.index``."""
     storage = target._tensordict
     shift = plan.shift
+    cast = plan.cast
     copies = plan.copies
     cls = type(target)
     for key, value in source._tensordict.items():
@@ -506,9 +512,16 @@ def _plan_collection(plan: _WritePlan, target: Any, source: Any, prefix: tuple) 
         if type(value) is _Tensor and type(existing) is _Tensor:  # the common case, kept lean
             if shift is not None:
                 if value.shape != existing.shape[shift:]:
-                    _check_broadcast(value, value.shape[:plan.n_dest] + existing.shape[len(plan.top_batch):])
-            elif value.shape[plan.n_dest:] != existing.shape[len(plan.top_batch):]:
-                _check_broadcast(value, value.shape[:plan.n_dest] + existing.shape[len(plan.top_batch):])
+                    _check_broadcast(value, value.shape[:plan.n_dest] + existing.shape[len(plan.top_batch):],
+                                     prefix + (key,), existing.shape)
+            else:
+                if value.shape[plan.n_dest:] != existing.shape[len(plan.top_batch):]:
+                    _check_broadcast(value, value.shape[:plan.n_dest] + existing.shape[len(plan.top_batch):],
+                                     prefix + (key,), existing.shape)
+                if cast and value.dtype is not existing.dtype:  # dtypes are singletons
+                    value = value.to(existing.dtype)  # see _WritePlan.cast
+            if existing.requires_grad:
+                check_grad_writable(existing)  # torch's refusal, before the first write rather than half-way
             copies.append((existing, value))
         elif type(value) is cls and type(existing) is cls:  # a sub-TensorDict into a sub-TensorDict
             _plan_collection(plan, existing, value, prefix + (key,))
@@ -523,7 +536,11 @@ def _plan_entry(plan: _WritePlan, target: Any, key: str, existing: Any, value: A
         if isinstance(existing, _Tensor):
             feature = existing.shape[len(plan.top_batch):]
             if value.shape[n_dest:] != feature:
-                _check_broadcast(value, value.shape[:n_dest] + feature)
+                _check_broadcast(value, value.shape[:n_dest] + feature, prefix + (key,), existing.shape)
+            if plan.cast and value.dtype is not existing.dtype:
+                value = value.to(existing.dtype)  # see _WritePlan.cast
+            if existing.requires_grad:
+                check_grad_writable(existing)
             plan.copies.append((existing, value))
             return
         if existing is _MISSING:
@@ -564,18 +581,20 @@ def _plan_entry(plan: _WritePlan, target: Any, key: str, existing: Any, value: A
     raise inplace_error(prefix + (key,) if prefix else key, target)
 
 
-def _plan_broadcast(plan: _WritePlan, target: Any, value: Any) -> None:
+def _plan_broadcast(plan: _WritePlan, target: Any, value: Any, prefix: tuple = ()) -> None:
     """Plan ``leaf[index] = value`` for every tensor leaf (non-tensor entries are left alone)."""
     n_top = len(plan.top_batch)
-    for leaf in target._tensordict.values():
+    for key, leaf in target._tensordict.items():
         if isinstance(leaf, _Tensor):
             if type(value) is complex and not leaf.is_complex():
                 raise TypeError(f"cannot write the complex number {value} into a {leaf.dtype} leaf")
             item = value
+            if leaf.requires_grad:
+                check_grad_writable(leaf)
             if isinstance(value, _Tensor):
                 target_shape = plan.dest_batch + leaf.shape[n_top:]
                 if value.shape != target_shape:
-                    _check_broadcast(value, target_shape)
+                    _check_broadcast(value, target_shape, prefix + (key,), leaf.shape)
                 if value.dtype != leaf.dtype:
                     # Cast up front: a bool or tensor index writes through index_put_, which refuses
                     # a dtype mismatch (basic indexing would cast), and it would refuse after the
@@ -583,7 +602,7 @@ def _plan_broadcast(plan: _WritePlan, target: Any, value: Any) -> None:
                     item = value.to(leaf.dtype)
             plan.copies.append((leaf, item))
         elif isinstance(leaf, TensorCollection):
-            _plan_broadcast(plan, unwrap(leaf), value)
+            _plan_broadcast(plan, unwrap(leaf), value, prefix + (key,))
 
 
 def set_at_index(td: Any, index: Any, value: Any) -> None:

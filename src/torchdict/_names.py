@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from ._errors import locked_error
+
 
 class NamesMixin:
     __slots__ = ()
@@ -14,18 +16,23 @@ class NamesMixin:
     @names.setter
     def names(self, value: Optional[Sequence[Optional[str]]]) -> None:
         if value is None:
-            self._names = None
-            return
-        value = list(value)
-        if len(value) != len(self._batch_size):
-            raise ValueError(
-                "the length of the dimension names must equate the tensordict batch_dims attribute. "
-                f"Got {value} for batch_dims {len(self._batch_size)}."
-            )
-        named = [name for name in value if name is not None]
-        if len(set(named)) != len(named):
-            raise ValueError(f"Some dimension names are non-unique: {value}.")
-        self._names = value if named else None
+            new_names = None
+        else:
+            value = list(value)
+            if len(value) != len(self._batch_size):
+                raise ValueError(
+                    "the length of the dimension names must equate the tensordict batch_dims attribute. "
+                    f"Got {value} for batch_dims {len(self._batch_size)}."
+                )
+            named = [name for name in value if name is not None]
+            if len(set(named)) != len(named):
+                raise ValueError(f"Some dimension names are non-unique: {value}.")
+            new_names = value if named else None
+        if self._is_locked and new_names != self._names:
+            # A lock freezes the metadata with the keys (stricter than upstream 0.15.3, on purpose);
+            # assigning the current names changes nothing and is allowed.
+            raise locked_error()
+        self._names = new_names
 
     def refine_names(self, *names: Optional[str]) -> "TensorDict":
         """Set names for the batch dims (``...`` keeps the names of the dims it spans); returns self."""
@@ -38,15 +45,15 @@ class NamesMixin:
 
     def rename_(self, *names: Optional[str], **rename_map: str) -> "TensorDict":
         """Rename batch dims in place, positionally or with ``old=new``; returns self."""
-        if names:
-            self.names = names
-        if rename_map:
-            current = self.names
-            for old, new in rename_map.items():
-                if old not in current:
-                    raise ValueError(f"Dimension name {old!r} not found in {current}.")
-                current[current.index(old)] = new
-            self.names = current
+        if not names and not rename_map:
+            return self
+        # The final names first, assigned once: a refused rename changes nothing.
+        current = list(names) if names else self.names
+        for old, new in rename_map.items():
+            if old not in current:
+                raise ValueError(f"Dimension name {old!r} not found in {current}.")
+            current[current.index(old)] = new
+        self.names = current
         return self
 
     def rename(self, *names: Optional[str], **rename_map: str) -> "TensorDict":

@@ -210,6 +210,8 @@ def _plan_level(td: Any, node: dict, meta: dict, metas: dict, path: tuple, paren
         raise ValueError(f"The names {names} recorded for {_dotted(path) or 'the root'} don't match its batch "
                          f"size {batch_size}.")
     if batch_size != td._batch_size or names != td._names:
+        if td._is_locked:
+            raise locked_error()  # a lock freezes the batch size and names too, as their setters say
         plan.levels.append((td, batch_size, names))
     storage = td._tensordict
     written = set()  # keys whose entry this load replaces

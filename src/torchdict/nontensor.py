@@ -13,13 +13,28 @@ A stack also remembers, per element, which written value it came from (its
 index). A batch op whose elements all come from one such value gives that value
 back as a ``NonTensorData``: ``torch.stack(tds)[i]["s"]`` is ``tds[i]["s"]``, not
 a list repeating it.
+
+Both classes are plain leaves, not :class:`~torchdict.TensorCollection` subclasses:
+every TensorDict recursion takes a collection for a nested TensorDict, and these
+hold no entries. Their TensorDict-like public API (upstream's, where it applies to
+non-tensor data) comes from the mixins of ``_nontensor_shape`` (batch-shape ops,
+indexing, ``torch.stack`` / ``torch.cat``), ``_nontensor_members`` (metadata, moves,
+locking, keys, updates), ``_nontensor_ops`` (comparisons, ``where``, the refused
+arithmetic) and ``_nontensor_io`` (memmap / load).
+See ``docs/non_tensor.md``.
 """
 from __future__ import annotations
 
 from itertools import count
+from operator import attrgetter
 from typing import Any, Callable, List, Optional, Sequence
 
 import torch
+
+from ._nontensor_io import NonTensorPersistenceMixin
+from ._nontensor_members import NonTensorMembersMixin, check_names
+from ._nontensor_ops import NonTensorOpsMixin
+from ._nontensor_shape import NonTensorShapeMixin
 
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
 
@@ -48,76 +63,172 @@ def _nest(values: Sequence[Any], shape: Sequence[int]) -> Any:
     return [_nest(values[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
 
 
-class NonTensorData:
+def _as_size(batch_size: Any) -> torch.Size:
+    """A public ``batch_size`` argument as a ``torch.Size`` (None: no batch dims; an int: one dim)."""
+    if batch_size is None:
+        return torch.Size(())
+    if isinstance(batch_size, int):
+        return torch.Size((batch_size,))
+    return torch.Size(batch_size)
+
+
+def _as_device(device: Any) -> Optional[torch.device]:
+    return None if device is None else torch.device(device)
+
+
+_object_new = object.__new__
+
+
+class NonTensorData(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMixin, NonTensorPersistenceMixin):
     """A Python value stored in a TensorDict, shared across its batch.
+
+    ``NonTensorData(data, batch_size=None, device=None, names=None)``; a ``NonTensorData``
+    given as ``data`` is unwrapped (its value is used).
 
     >>> from torchdict import TensorDict
     >>> td = TensorDict(batch_size=[2])
     >>> td["name"] = "hello"
     >>> td["name"], td[0]["name"]
     ('hello', 'hello')
+    >>> NonTensorData("x", batch_size=[2, 1]).tolist()
+    [['x'], ['x']]
     """
 
-    __slots__ = ("data", "batch_size", "device")
+    __slots__ = ("_data", "_batch_size", "_device", "_names", "_locked", "_lock_undo", "_saved_path")
+    _is_non_tensor = True  # upstream's class marker, read by ``is_tensor_collection``
 
-    def __init__(self, data: Any, batch_size: Sequence[int] = (), device: Any = None) -> None:
-        self.data = data
-        self.batch_size = torch.Size(batch_size)
-        self.device = None if device is None else torch.device(device)
+    def __init__(self, data: Any, batch_size: Any = None, device: Any = None,
+                 names: Optional[Sequence[Optional[str]]] = None) -> None:
+        if type(data) is NonTensorData:
+            data = data._data
+        elif type(data) is NonTensorStack:
+            data = data._unique_value()  # upstream's ``stack.data``: AttributeError when the values differ
+        batch_size = _as_size(batch_size)
+        self._data = data
+        self._batch_size = batch_size
+        self._device = _as_device(device)
+        self._names = check_names(names, batch_size)
+        self._locked = False
+        self._lock_undo = None
+        self._saved_path = None
 
-    @property
-    def shape(self) -> torch.Size:
-        return self.batch_size
+    @classmethod
+    def _make(cls, data: Any, batch_size: torch.Size, device: Optional[torch.device],
+              names: Optional[list] = None) -> "NonTensorData":
+        """The unchecked constructor of internal results (``batch_size`` a Size, ``device`` parsed)."""
+        self = _object_new(cls)
+        self._data = data
+        self._batch_size = batch_size
+        self._device = device
+        self._names = names
+        self._locked = False
+        self._lock_undo = None
+        self._saved_path = None
+        return self
 
-    def tolist(self) -> Any:
-        numel = self.batch_size.numel()
-        return _nest([self.data] * numel, self.batch_size)
+    # ------------------------------------------------------------------ the value
+    def _set_data(self, value: Any) -> None:
+        self._refuse_if_locked()
+        self._data = value
+
+    # The getter is a C attrgetter: ``td[key]`` reads it for every non-tensor entry (a Python getter
+    # costs a function call there).
+    data = property(attrgetter("_data"), _set_data, doc="The value (assignment refused while locked).")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Calls the value (as upstream: a TensorDict of functions can be ``apply``-ed)."""
+        return self._data(*args, **kwargs)
+
+    def tolist(self, *, convert_tensors: Any = False, tolist_first: bool = False,
+               as_linked_list: bool = False, convert_nodes: bool = True) -> Any:
+        """The value in a nested list of the batch shape (the value itself for an empty batch).
+
+        The keyword arguments are accepted for upstream's signature; they change nothing (the items
+        are the stored value; ``as_linked_list`` gives a plain list).
+        """
+        return _nest([self._data] * self._batch_size.numel(), self._batch_size)
+
+    def to_dict(self, *, retain_none: bool = True, convert_tensors: Any = False,
+                tolist_first: bool = False, as_linked_list: bool = False) -> Any:
+        """The value (as upstream: a non-tensor leaf has no keys, its dict form is its data)."""
+        return self._data
+
+    def maybe_to_stack(self) -> "NonTensorData | NonTensorStack":
+        """A ``NonTensorStack`` holding the value at every element; ``self`` when the batch is empty."""
+        if not self._batch_size:
+            return self
+        origins = [None] * self._batch_size.numel()  # each element a value of its own, as upstream's copies
+        return NonTensorStack._from_flat(self._flat_values(), self._batch_size, self._device, origins)
+
+    # ------------------------------------------------------------------ internal protocol
+    def _read(self) -> Any:
+        """What ``td[key]`` returns for this leaf."""
+        return self._data
 
     def _batch_op(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "NonTensorData":
-        return NonTensorData(self.data, fn(_shape_probe(self.batch_size)).shape, self.device)
+        return NonTensorData._make(self._data, fn(_shape_probe(self._batch_size)).shape, self._device)
 
     def _with_batch_size(self, batch_size: torch.Size) -> "NonTensorData":
-        return NonTensorData(self.data, batch_size, self.device)
+        return NonTensorData._make(self._data, batch_size, self._device)
 
     def _to_device(self, device: Any) -> "NonTensorData":
-        return NonTensorData(self.data, self.batch_size, device)
+        return NonTensorData._make(self._data, self._batch_size, _as_device(device), self._names)
 
     def _flat_values(self) -> List[Any]:
-        return [self.data] * self.batch_size.numel()
+        return [self._data] * self._batch_size.numel()
 
     def _flat_origins(self) -> List[Any]:
-        return [_new_origin(len(self.batch_size))] * self.batch_size.numel()
+        return [_new_origin(len(self._batch_size))] * self._batch_size.numel()
 
-    def clone(self) -> "NonTensorData":
-        return NonTensorData(self.data, self.batch_size, self.device)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, NonTensorData):
-            return self.data == other.data and self.batch_size == other.batch_size
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
+    def _shallow(self) -> "NonTensorData":
+        """A new wrapper of the same value (same batch, device and names), unlocked."""
+        return NonTensorData._make(self._data, self._batch_size, self._device, self._names)
 
     def __repr__(self) -> str:
-        return f"NonTensorData(data={self.data}, batch_size={self.batch_size}, device={self.device})"
+        data = str(self._data)
+        if len(data) > 200:  # upstream's cut of a long value
+            data = data[:20] + "  ...  " + data[-20:]
+        return f"NonTensorData(data={data}, batch_size={self._batch_size}, device={self._device})"
 
 
-class NonTensorStack:
+class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMixin, NonTensorPersistenceMixin):
     """One Python value per batch element.
 
-    ``data`` (and ``tolist()``) give the values as nested lists of the batch shape.
+    ``NonTensorStack(*values, stack_dim=0)`` stacks ``values`` as ``torch.stack`` would (a value that
+    is not a ``NonTensorData`` / ``NonTensorStack`` is wrapped in a ``NonTensorData`` first);
+    ``NonTensorStack.from_list(nested_list)`` stacks nested lists level by level. ``tolist()`` gives
+    the values as nested lists of the batch shape (so does ``data``, which ``td[key]`` returns).
 
     >>> import torch
     >>> from torchdict import TensorDict
     >>> td = torch.stack([TensorDict(s="a"), TensorDict(s="b")])
     >>> td["s"]
     ['a', 'b']
+    >>> NonTensorStack("a", "b")[1].data
+    'b'
     """
 
-    __slots__ = ("_values", "_origins", "batch_size", "device")
+    __slots__ = ("_values", "_origins", "_batch_size", "_device", "_names", "_locked", "_lock_undo",
+                 "_saved_path")
+    _is_non_tensor = True
 
-    def __init__(self, values: Sequence[Any], batch_size: Sequence[int], device: Any = None,
-                 origins: Optional[Sequence[Any]] = None) -> None:
+    def __init__(self, *values: Any, stack_dim: int = 0, device: Any = None,
+                 names: Optional[Sequence[Optional[str]]] = None) -> None:
+        if len(values) in (2, 3, 4) and type(values[1]) is torch.Size and type(values[0]) is list:
+            # The former internal form ``NonTensorStack(flat_values, batch_size[, device[, origins]])``,
+            # kept for the callers not yet moved to ``_from_flat``: a torch.Size as the second value
+            # is not something a caller stacks as a value.
+            self._set_flat(values[0], values[1], values[2] if len(values) > 2 else device,
+                           values[3] if len(values) > 3 else None)
+            return
+        from ._nontensor_shape import stack_values
+
+        result = stack_values(values, stack_dim, _as_device(device))
+        self._set_flat(result._flat_values(), result._batch_size, result._device, result._origins)
+        self._names = check_names(names, self._batch_size)
+
+    def _set_flat(self, values: Sequence[Any], batch_size: Any, device: Any,
+                  origins: Optional[Sequence[Any]]) -> None:
         batch_size = torch.Size(batch_size)
         if len(values) != batch_size.numel():
             raise ValueError(
@@ -126,11 +237,33 @@ class NonTensorStack:
         self._values = list(values)
         # One origin token per value (None: a value of its own), or None when no value has one.
         self._origins = None if origins is None or not any(o is not None for o in origins) else list(origins)
-        self.batch_size = batch_size
-        self.device = None if device is None else torch.device(device)
+        self._batch_size = batch_size
+        self._device = _as_device(device)
+        self._names = None
+        self._locked = False
+        self._lock_undo = None
+        self._saved_path = None
+
+    @classmethod
+    def _from_flat(cls, values: Sequence[Any], batch_size: Sequence[int], device: Any = None,
+                   origins: Optional[Sequence[Any]] = None) -> "NonTensorStack":
+        """The internal constructor: ``values`` flat in row-major order over ``batch_size``."""
+        self = _object_new(cls)
+        self._set_flat(values, batch_size, device, origins)
+        return self
+
+    @classmethod
+    def from_list(cls, non_tensors: List[Any]) -> "NonTensorStack":
+        """Stack a (nested) list of values: each inner list becomes a stack, others a ``NonTensorData``.
+
+        >>> NonTensorStack.from_list([["a", "b"], ["c", "d"]]).batch_size
+        torch.Size([2, 2])
+        """
+        return cls(*[cls.from_list(item) if isinstance(item, list) else item for item in non_tensors])
 
     @classmethod
     def from_nested_list(cls, values: list, batch_size: Sequence[int] | None = None) -> "NonTensorStack":
+        """The stack of a rectangular nested list (its nesting depth, or ``len(batch_size)``, gives the dims)."""
         shape: list = []
         probe: Any = values
         while isinstance(probe, list) and (batch_size is None or len(shape) < len(batch_size)):
@@ -150,18 +283,60 @@ class NonTensorStack:
                 walk(sub, depth + 1)
 
         walk(values, 0)
-        return cls(flat, shape)
+        return cls._from_flat(flat, shape)
 
-    @property
-    def shape(self) -> torch.Size:
-        return self.batch_size
-
+    # ------------------------------------------------------------------ the values
     @property
     def data(self) -> Any:
-        return self.tolist()
+        """The values as nested lists of the batch shape (what ``td[key]`` returns).
 
-    def tolist(self) -> Any:
-        return _nest(self._values, self.batch_size)
+        Upstream's ``NonTensorStack.data`` is the one value every element holds (AttributeError when
+        they differ); torchdict keeps the nested list here, which the TensorDict reads rely on.
+        """
+        return _nest(self._values, self._batch_size)
+
+    def tolist(self, *, convert_tensors: Any = False, tolist_first: bool = False,
+               as_linked_list: bool = False, convert_nodes: bool = True) -> Any:
+        """The values as nested lists of the batch shape (keyword arguments as ``NonTensorData.tolist``)."""
+        return _nest(self._values, self._batch_size)
+
+    def to_dict(self, *, retain_none: bool = True, convert_tensors: Any = False,
+                tolist_first: bool = False, as_linked_list: bool = False) -> Any:
+        """The values as nested lists (as upstream, like ``tolist()``)."""
+        return _nest(self._values, self._batch_size)
+
+    def maybe_to_stack(self) -> "NonTensorStack":
+        return self._shallow()
+
+    def __contains__(self, key: Any) -> bool:
+        """No key is in a stack (upstream's answer); a ``NonTensorData`` has no ``__contains__`` (as upstream,
+        ``in`` then iterates over its first dim)."""
+        if isinstance(key, str) or (isinstance(key, tuple) and all(isinstance(part, str) for part in key)):
+            return False
+        raise RuntimeError("key must be a NestedKey (a str or a possibly tuple of str).")
+
+    @property
+    def stack_dim(self) -> int:
+        """0: the values are laid out over the whole batch (upstream's lazy stacks may stack on another dim)."""
+        return 0
+
+    @property
+    def tensordicts(self) -> list:
+        """The slices along dim 0 (upstream's members of a stack along dim 0)."""
+        return list(self.unbind(0)) if self._batch_size else []
+
+    def _unique_value(self) -> Any:
+        """Upstream's ``stack.data``: the value every element holds, else AttributeError."""
+        from ._indexing import same_value
+
+        values = self._values
+        if values and all(same_value(value, values[0]) for value in values[1:]):
+            return values[0]
+        raise AttributeError("Cannot get the non-unique data of a NonTensorStack. Use .tolist() instead.")
+
+    # ------------------------------------------------------------------ internal protocol
+    def _read(self) -> Any:
+        return _nest(self._values, self._batch_size)
 
     def _flat_values(self) -> List[Any]:
         return list(self._values)
@@ -170,17 +345,22 @@ class NonTensorStack:
         return [None] * len(self._values) if self._origins is None else list(self._origins)
 
     def _index_grid(self) -> torch.Tensor:
-        return torch.arange(len(self._values)).view(self.batch_size)
+        return torch.arange(len(self._values)).view(self._batch_size)
 
     def _batch_op(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "NonTensorData | NonTensorStack":
         grid = fn(self._index_grid())
-        return _from_grid(grid, self._values, self._origins, self.device)
+        return _from_grid(grid, self._values, self._origins, self._device)
 
     def _with_batch_size(self, batch_size: torch.Size) -> "NonTensorStack":
-        return NonTensorStack(self._values, batch_size, self.device, self._origins)
+        return NonTensorStack._from_flat(self._values, batch_size, self._device, self._origins)
 
     def _to_device(self, device: Any) -> "NonTensorStack":
-        return NonTensorStack(self._values, self.batch_size, device, self._origins)
+        result = NonTensorStack._from_flat(self._values, self._batch_size, device, self._origins)
+        result._names = self._names
+        return result
+
+    def _shallow(self) -> "NonTensorStack":
+        return self._to_device(self._device)
 
     def _set_at(self, index: Any, value: Any) -> None:
         """Write ``value`` at ``index`` in place; a value written as a whole gets a fresh origin."""
@@ -188,9 +368,10 @@ class NonTensorStack:
         if isinstance(value, (NonTensorData, NonTensorStack)):
             new_values, new_origins = value._flat_values(), value._flat_origins()
             if len(new_values) == 1:  # one value written over the whole selection
-                new_values, new_origins = new_values * len(positions), [_new_origin(len(self.batch_size))] * len(positions)
+                new_values = new_values * len(positions)
+                new_origins = [_new_origin(len(self._batch_size))] * len(positions)
         else:
-            new_values, new_origins = [value] * len(positions), [_new_origin(len(self.batch_size))] * len(positions)
+            new_values, new_origins = [value] * len(positions), [_new_origin(len(self._batch_size))] * len(positions)
         if len(new_values) != len(positions):
             raise RuntimeError(
                 f"Cannot write {len(new_values)} non-tensor values into {len(positions)} positions."
@@ -203,20 +384,13 @@ class NonTensorStack:
 
     def _as_one_value(self) -> "Optional[NonTensorData]":
         """This stack as a NonTensorData when every element comes from one written value, else None."""
-        return _one_value(self._values, self._origins, self.batch_size, self.device)
-
-    def clone(self) -> "NonTensorStack":
-        return NonTensorStack(self._values, self.batch_size, self.device, self._origins)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, NonTensorStack):
-            return self._values == other._values and self.batch_size == other.batch_size
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]
+        return _one_value(self._values, self._origins, self._batch_size, self._device)
 
     def __repr__(self) -> str:
-        return f"NonTensorStack({self.tolist()!r}, batch_size={self.batch_size}, device={self.device})"
+        values = str(self.tolist())
+        if len(values) > 50:  # upstream's cut
+            values = f"{values[:50]}..."
+        return f"NonTensorStack(\n    {values},\n    batch_size={self._batch_size},\n    device={self._device})"
 
 
 def _one_value(values: list, origins: Optional[list], batch_size: torch.Size,
@@ -226,7 +400,7 @@ def _one_value(values: list, origins: Optional[list], batch_size: torch.Size,
     first = origins[0]
     if first is None or first[1] < len(batch_size) or origins.count(first) != len(origins):
         return None
-    return NonTensorData(values[0], batch_size, device)
+    return NonTensorData._make(values[0], batch_size, device)
 
 
 def _from_grid(grid: torch.Tensor, values: Sequence[Any], origins: Optional[Sequence[Any]],
@@ -235,10 +409,10 @@ def _from_grid(grid: torch.Tensor, values: Sequence[Any], origins: Optional[Sequ
     flat = grid.reshape(-1).tolist()
     picked = [values[i] for i in flat]
     if grid.dim() == 0:
-        return NonTensorData(picked[0], (), device)
+        return NonTensorData._make(picked[0], torch.Size(()), device)
     picked_origins = None if origins is None else [origins[i] for i in flat]
     one = _one_value(picked, picked_origins, grid.shape, device)
-    return one if one is not None else NonTensorStack(picked, grid.shape, device, picked_origins)
+    return one if one is not None else NonTensorStack._from_flat(picked, grid.shape, device, picked_origins)
 
 
 def is_non_tensor(leaf: object) -> bool:

@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
-from . import _keyops
+from . import _keyops, _update
 from ._accel import install_tensordict_getitem, leaves_fit, tensor_len as _tensor_len
 from ._apply import ApplyMixin
 from ._base import TensorCollection
@@ -25,8 +25,8 @@ from ._extras import ExtrasMixin
 from ._errors import (
     KeyThroughLeafError,
     batch_mismatch_error,
+    entry_shape_error,
     MessageKeyError,
-    incompatible_batch_error,
     inplace_error,
     locked_error,
     missing_key_error,
@@ -36,12 +36,14 @@ from ._indexing import IndexingMixin, index_basic
 from ._keys import key_to_tuple
 from ._locking import LockingMixin
 from ._names import NamesMixin
+from ._rebatch import set_batch_size
 from ._moves import MovesMixin
 from ._ops import OpsMixin
 from ._shape import ShapeMixin
 from ._state_dict import StateDictMixin
 from ._torch_function import TorchFunctionMixin
 from ._views import ItemsView, KeysView, ValuesView
+from ._write_checks import broadcasts_into
 from .distributed import DistributedMixin
 from .nn import ModuleMixin
 from .nontensor import NonTensorData, NonTensorStack
@@ -219,32 +221,9 @@ class TensorDict(
     @batch_size.setter
     def batch_size(self, new_size: Any) -> None:
         new_size = parse_batch_size(new_size)
-        if new_size == self._batch_size:
-            return
-        n_batch = len(new_size)
-        rebatched = {}
-        for key, leaf in self._tensordict.items():
-            if isinstance(leaf, _Tensor):
-                if leaf.shape[:n_batch] != new_size:
-                    raise incompatible_batch_error(key, leaf.shape, new_size)
-            elif isinstance(leaf, TensorCollection):
-                if leaf.batch_size[:n_batch] != new_size:
-                    # Validate every sub-collection before changing anything.
-                    _check_batch_fits(leaf, new_size, key)
-                    rebatched[key] = leaf
-            elif type(leaf) is NonTensorData:
-                if leaf.batch_size[:n_batch] != new_size:
-                    rebatched[key] = leaf
-            elif leaf.batch_size[:n_batch] != new_size:
-                raise incompatible_batch_error(key, leaf.batch_size, new_size)
-        for key, leaf in rebatched.items():
-            if type(leaf) is NonTensorData:
-                self._tensordict[key] = leaf._with_batch_size(new_size)
-            else:
-                leaf.batch_size = new_size
-        self._batch_size = new_size
-        self._batch_len = -1
-        self._names = None
+        if new_size != self._batch_size:  # the current size changes nothing (allowed when locked too)
+            # Every level that must change is checked (leaves, lock) before any changes: see _rebatch.
+            set_batch_size(self, new_size)
 
     @property
     def shape(self) -> torch.Size:
@@ -568,8 +547,33 @@ class TensorDict(
 
     def _set_path(self, keys: tuple, value: Any, inplace: bool = False, non_blocking: bool = False) -> None:
         if value is self:
-            raise _keyops.self_insertion_error(keys if len(keys) > 1 else keys[0])
-        td = self._parent_of(keys, create=True) if len(keys) > 1 else self
+            raise _update.self_insertion_error(keys if len(keys) > 1 else keys[0])
+        td = self
+        if len(keys) > 1:
+            # The deepest existing level (_deepest_level, inlined: this is td["a", "b", "c"] = v's path).
+            missing = -1
+            for position in range(len(keys) - 1):
+                level = td._tensordict.get(keys[position], _MISSING)
+                if level is _MISSING:
+                    missing = position
+                    break
+                if level.__class__ is not TensorDict:
+                    if not isinstance(level, TensorCollection):
+                        raise self._through_leaf(keys[position], level, keys)
+                    level = _as_td(level)
+                td = level
+            if missing >= 0:
+                # The missing levels are made only once the value is known to fit them: a refused write
+                # leaves no empty level behind.
+                if td._is_locked:
+                    raise locked_error()
+                leaf = to_leaf(value, keys, td._batch_size, td._device, non_blocking)
+                for level_key in keys[missing:-1]:
+                    level = td._new_unsafe({}, td._batch_size, td._device)
+                    td._tensordict[level_key] = level
+                    td = level
+                td._tensordict[keys[-1]] = leaf
+                return
         key = keys[-1]
         if inplace:
             existing = td._tensordict.get(key, _MISSING)
@@ -580,6 +584,12 @@ class TensorDict(
             raise locked_error()
         td._tensordict[key] = to_leaf(value, keys if len(keys) > 1 else key, td._batch_size, td._device,
                                       non_blocking)
+
+    @staticmethod
+    def _through_leaf(key: str, value: Any, keys: tuple) -> KeyError:
+        """A nested key to write that walks through a leaf (as ``_parent_of(create=True)`` words it)."""
+        return MessageKeyError(f"The entry {key} is already present in tensordict and is a "
+                               f"{type(value).__name__}, so the nested key {keys} cannot be set through it.")
 
     def _set_inplace(self, key: str, existing: Any, value: Any, full_key: Any, non_blocking: bool) -> None:
         if isinstance(existing, _Tensor):
@@ -595,9 +605,9 @@ class TensorDict(
             if not fits_batch(value.shape, batch_size):
                 value = check_tensor(value, full_key, batch_size, None)
             try:
-                existing.copy_(value, non_blocking=non_blocking)
-            except RuntimeError as error:  # a shape that doesn't broadcast: upstream's error (a ValueError too)
-                raise inplace_error(full_key, self, error) from error
+                existing.copy_(value, non_blocking=non_blocking)  # torch checks before writing: nothing is written
+            except RuntimeError as error:
+                raise self._copy_error(full_key, existing, value, error) from error
         elif isinstance(existing, TensorCollection):
             if isinstance(value, Mapping):
                 value = to_leaf(value, full_key, self._batch_size, self._device)
@@ -618,7 +628,10 @@ class TensorDict(
                 raise missing_key_error(key, self._tensordict)
             if isinstance(item, _Tensor) and isinstance(existing, _Tensor) and (
                     fits_batch(item.shape, self._batch_size)):
-                existing.copy_(item, non_blocking=non_blocking)
+                try:
+                    existing.copy_(item, non_blocking=non_blocking)  # torch checks before writing
+                except RuntimeError as error:
+                    raise self._copy_error(key, existing, item, error) from error
                 return self
             self._set_inplace(key, existing, item, key, non_blocking)
             return self
@@ -629,6 +642,13 @@ class TensorDict(
             raise missing_key_error(key, td._tensordict)
         td._set_inplace(keys[-1], existing, item, keys if len(keys) > 1 else keys[0], non_blocking)
         return self
+
+    def _copy_error(self, key: Any, existing: torch.Tensor, value: torch.Tensor, error: RuntimeError) -> Exception:
+        """The error of a refused ``existing.copy_(value)``: upstream's ``InplaceWriteError`` naming the key and
+        both shapes when the shapes are the cause (torch's message names neither the key nor the entry)."""
+        if not broadcasts_into(value.shape, existing.shape):
+            return entry_shape_error(key, self, value.shape, existing.shape)
+        return inplace_error(key, self, error)
 
     def set_at_(self, key: Any, value: Any, index: Any, *, non_blocking: bool = False) -> "TensorDict":
         """``td[key][index] = value`` (allowed when locked); returns self."""
@@ -659,14 +679,14 @@ class TensorDict(
                is_leaf: Optional[Callable[[type], bool]] = None, update_batch_size: bool = False,
                ignore_lock: bool = False, **kwargs: Any) -> "TensorDict":
         """Merge entries in, recursing into sub-TensorDicts; returns self."""
-        return _keyops.update(self, input_dict_or_td, clone=clone, inplace=inplace, non_blocking=non_blocking,
+        return _update.update(self, input_dict_or_td, clone=clone, inplace=inplace, non_blocking=non_blocking,
                               keys_to_update=keys_to_update, is_leaf=is_leaf,
                               update_batch_size=update_batch_size, ignore_lock=ignore_lock, kwargs=kwargs)
 
     def update_(self, input_dict_or_td: Any = None, clone: bool = False, *, non_blocking: bool = False,
                 keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> "TensorDict":
         """Copy entries into existing ones, in place (allowed when locked); returns self."""
-        return _keyops.update_(self, input_dict_or_td, clone=clone, non_blocking=non_blocking,
+        return _update.update_(self, input_dict_or_td, clone=clone, non_blocking=non_blocking,
                                keys_to_update=keys_to_update, kwargs=kwargs)
 
     copy_ = update_
@@ -674,7 +694,7 @@ class TensorDict(
     def update_at_(self, input_dict_or_td: Any, idx: Any, clone: bool = False, *, non_blocking: bool = False,
                    keys_to_update: Optional[Sequence[Any]] = None) -> "TensorDict":
         """Write entries in place at batch index ``idx``; returns self."""
-        return _keyops.update_at_(self, input_dict_or_td, idx, clone=clone, keys_to_update=keys_to_update)
+        return _update.update_at_(self, input_dict_or_td, idx, clone=clone, keys_to_update=keys_to_update)
 
     def copy_at_(self, tensordict: Any, idx: Any, non_blocking: bool = False) -> "TensorDict":
         """``update_at_(tensordict, idx)``: write its entries in place at batch index ``idx``."""
@@ -801,14 +821,6 @@ def _rebuild(cls: type, storage: dict, batch_size: torch.Size, device: Any, name
     if locked:
         td._lock_tree()
     return td
-
-
-def _check_batch_fits(collection: Any, new_size: torch.Size, key: Any) -> None:
-    n_batch = len(new_size)
-    for name, leaf in _as_td(collection).items(True, True, is_leaf=_is_any_leaf):
-        shape = leaf.shape if isinstance(leaf, _Tensor) else leaf.batch_size
-        if shape[:n_batch] != new_size and type(leaf) is not NonTensorData:
-            raise incompatible_batch_error(name, shape, new_size)
 
 
 def _is_any_leaf(cls: type) -> bool:

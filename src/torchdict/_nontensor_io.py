@@ -1,0 +1,235 @@
+"""Saving a lone non-tensor leaf (``memmap`` / ``memmap_`` / ``save``) and loading it (``load_memmap``).
+
+The folder is upstream's layout for a lone leaf, so each library loads what the other wrote:
+
+- ``NonTensorData``: ``meta.json`` = ``{"_type": "<class 'tensordict.tensorclass.NonTensorData'>",
+  "data": <value>, "_metadata": null, "_is_non_tensor": true}``; a value JSON can't hold goes to
+  ``other.pickle`` (the pickle of ``{"data": value}``) and ``meta.json`` has no ``data``.
+- ``NonTensorStack``: ``meta.json`` = ``{"_type": "<class 'tensordict.tensorclass.NonTensorStack'>",
+  "_format_version": 1, "_class": "tensordict:NonTensorStack", "stack_dim": 0, "device": ...,
+  "data": <nested list>}`` (compact separators, as upstream); pickled values go to ``pickle.pkl``
+  and ``data`` names that file.
+
+Neither records the batch size: a loaded ``NonTensorData`` has an empty batch, a stack the nesting of
+its list (lists of equal length nest, as upstream reads them). Pickles are written and read only with
+``allow_pickle=True`` (torchdict's rule for every save: unpickling can run code). Files are written
+through a temporary name and ``os.replace``, never through a symlink (``_nofollow``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+import torch
+
+from . import nontensor as _core
+
+__all__ = ["NonTensorPersistenceMixin"]
+
+_DATA_TYPE = "<class 'tensordict.tensorclass.NonTensorData'>"
+_STACK_TYPE = "<class 'tensordict.tensorclass.NonTensorStack'>"
+_STACK_PICKLE = "pickle.pkl"
+_DATA_PICKLE = "other.pickle"
+_NO_FOLDER = ""  # ``_saved_path`` of a leaf memory-mapped without a folder (``memmap()``)
+
+
+def _write_atomic(folder: str, name: str, payload: bytes) -> None:
+    """``folder/name`` holds ``payload`` or what it held before, never a partial file."""
+    import threading
+
+    from ._nofollow import open_in_folder
+
+    temporary = f"{folder}{os.sep}%{name}-{os.getpid()}-{threading.get_ident()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+    try:
+        fd = open_in_folder(temporary, flags, writing=True)
+    except FileExistsError:  # a leftover of a killed save (or a planted link): removed, not followed
+        os.unlink(temporary)
+        fd = open_in_folder(temporary, flags, writing=True)
+    try:
+        written = 0
+        while written < len(payload):
+            written += os.write(fd, payload[written:])
+    finally:
+        os.close(fd)
+    os.replace(temporary, os.path.join(folder, name))
+
+
+def _remove(folder: str, name: str) -> None:
+    path = os.path.join(folder, name)
+    if os.path.lexists(path):
+        os.unlink(path)  # unlink removes a link itself, never its target
+
+
+def _files_of(leaf: Any, allow_pickle: bool) -> tuple:
+    """``(meta, pickle_name, pickle_bytes)`` describing ``leaf`` in upstream's layout (checked before writing)."""
+    import pickle
+
+    from .saving import _is_plain_json
+
+    if type(leaf) is _core.NonTensorData:
+        meta: dict = {"_type": _DATA_TYPE, "data": leaf._data, "_metadata": None, "_is_non_tensor": True}
+        if _is_plain_json(leaf._data):
+            return meta, None, None
+        _refuse_pickle(leaf._data, allow_pickle)
+        del meta["data"]
+        return meta, _DATA_PICKLE, pickle.dumps({"data": leaf._data}, protocol=pickle.HIGHEST_PROTOCOL)
+    data = leaf.tolist()
+    meta = {"_type": _STACK_TYPE, "_format_version": 1, "_class": "tensordict:NonTensorStack", "stack_dim": 0,
+            "device": None if leaf._device is None else str(leaf._device), "data": data}
+    if _is_plain_json(data):
+        return meta, None, None
+    _refuse_pickle(next(value for value in leaf._values if not _is_plain_json(value)), allow_pickle)
+    meta["data"] = _STACK_PICKLE
+    return meta, _STACK_PICKLE, pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _refuse_pickle(value: Any, allow_pickle: bool) -> None:
+    if not allow_pickle:
+        raise TypeError(
+            f"Cannot save a non-tensor value of type {type(value).__name__}: without pickling, only JSON values "
+            "are stored (None, bool, int, float, str, and lists or str-keyed dicts of them). Pass "
+            "allow_pickle=True to pickle it; loading it back will then need allow_pickle=True too."
+        )
+
+
+def _save(leaf: Any, prefix: Any, existsok: bool, allow_pickle: bool) -> Optional[str]:
+    """Write ``leaf`` to folder ``prefix`` (nothing when None); the folder's absolute path."""
+    if prefix is None:
+        return None
+    meta, pickle_name, pickled = _files_of(leaf, allow_pickle)
+    compact = type(leaf) is _core.NonTensorStack  # upstream writes a stack's meta.json without spaces
+    text = json.dumps(meta, separators=(",", ":") if compact else None).encode("utf-8")
+    folder = os.path.abspath(os.fspath(prefix))
+    if not existsok and os.path.lexists(os.path.join(folder, "meta.json")):
+        raise RuntimeError(f"The file {os.path.join(folder, 'meta.json')} already exists.")
+    os.makedirs(folder, exist_ok=True)
+    stale = _DATA_PICKLE if type(leaf) is _core.NonTensorData else _STACK_PICKLE
+    if pickled is not None:
+        _write_atomic(folder, pickle_name, pickled)
+    _write_atomic(folder, "meta.json", text)  # last: its presence means the save is complete
+    if pickled is None:
+        _remove(folder, stale)
+    return folder
+
+
+def _from_saved_list(data: list, device: Optional[torch.device]) -> Any:
+    """The stack of a saved nested list: lists all of one length nest one level deeper (upstream's reading)."""
+    if data and all(type(item) is list for item in data) and all(len(item) == len(data[0]) for item in data):
+        inner = [_from_saved_list(item, device) for item in data]
+        return _core.NonTensorStack(*inner)._to_device(device)
+    if not data:
+        return _core.NonTensorStack._from_flat([], (0,), device)
+    return _core.NonTensorStack._from_flat(list(data), (len(data),), device, [None] * len(data))
+
+
+def _load(prefix: Any, device: Any, non_blocking: bool, allow_pickle: bool, kwargs: dict) -> Any:
+    from ._meta_json import read_meta
+    from ._nofollow import read_in_folder
+
+    folder = os.path.abspath(os.fspath(prefix))
+    meta = read_meta(folder)
+    kind = meta.get("_class") if meta.get("_class") == "tensordict:NonTensorStack" else meta.get("_type")
+    if kind not in (_DATA_TYPE, _STACK_TYPE, "tensordict:NonTensorStack"):
+        from ._loading import load_memmap
+
+        return load_memmap(folder, device, non_blocking, allow_pickle=allow_pickle, **kwargs)
+    import pickle
+
+    def unpickle(name: str) -> Any:
+        if not allow_pickle:
+            raise RuntimeError(
+                f"Refusing to load pickled non-tensor data from {os.path.join(folder, name)}: unpickling can run "
+                "arbitrary code. Pass allow_pickle=True if you trust this folder."
+            )
+        return pickle.loads(read_in_folder(os.path.join(folder, name)))
+
+    if kind == _DATA_TYPE:
+        value = meta["data"] if "data" in meta else unpickle(_DATA_PICKLE)["data"]
+        # No batch size nor device is saved for a NonTensorData: upstream loads it on the CPU, batch [].
+        result: Any = _core.NonTensorData._make(value, torch.Size(()), torch.device("cpu"))
+    else:
+        data = meta.get("data")
+        if data == _STACK_PICKLE:
+            data = unpickle(_STACK_PICKLE)
+        if type(data) is not list:
+            raise ValueError(f"The saved NonTensorStack in {folder} has no list of values.")
+        saved_device = meta.get("device")
+        result = _from_saved_list(data, None if saved_device is None else torch.device(saved_device))
+    return result if device is None else result._to_device(device)
+
+
+class NonTensorPersistenceMixin:
+    """``memmap`` / ``memmap_`` / ``memmap_like`` / ``save`` / ``load_memmap`` / ``load`` of a lone leaf."""
+
+    __slots__ = ()
+
+    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
+               return_early: bool = False, existsok: bool = True, allow_pickle: bool = False,
+               **kwargs: Any) -> Any:
+        """A locked copy saved to folder ``prefix`` (upstream's layout); nothing is written when None.
+
+        Values JSON can't hold need ``allow_pickle=True``. Upstream's other keyword arguments
+        (``share_non_tensor``, ``robust_key``, ...) are accepted and change nothing here.
+        """
+        path = _save(self, prefix, existsok, allow_pickle)
+        result = self._shallow()
+        result._saved_path = _NO_FOLDER if path is None else path
+        result._locked = True
+        return _maybe_future(result, return_early)
+
+    def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
+                return_early: bool = False, existsok: bool = True, allow_pickle: bool = False,
+                **kwargs: Any) -> Any:
+        """Save to ``prefix`` and mark this leaf memory-mapped (and locked); returns self.
+
+        Later in-place writes (``stack[i] = v``, ``update_``) write the folder again, as upstream."""
+        path = _save(self, prefix, existsok, allow_pickle)
+        self._saved_path = _NO_FOLDER if path is None else path
+        self._locked = True
+        return _maybe_future(self, return_early)
+
+    def memmap_like(self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True,
+                    num_threads: int = 0, return_early: bool = False, allow_pickle: bool = False,
+                    **kwargs: Any) -> Any:
+        """As :meth:`memmap`: a value has no "empty" form, so the like-copy holds it (as upstream)."""
+        return self.memmap(prefix, copy_existing, return_early=return_early, existsok=existsok,
+                           allow_pickle=allow_pickle)
+
+    save = dumps = memmap
+
+    @staticmethod
+    def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *,
+                    allow_pickle: Optional[bool] = None, **kwargs: Any) -> Any:
+        """The leaf (or TensorDict) saved in folder ``prefix``, by torchdict or upstream.
+
+        Pickled values load only with ``allow_pickle=True`` (upstream 0.15 warns and loads them).
+        """
+        return _load(prefix, device, non_blocking, bool(allow_pickle), kwargs)
+
+    load = load_memmap
+
+    def is_memmap(self) -> bool:
+        return self._saved_path is not None
+
+    @property
+    def saved_path(self) -> str:
+        if not self._saved_path:
+            raise AttributeError(f"The {type(self).__name__} has no saved path (memmap={self.is_memmap()}).")
+        return self._saved_path
+
+    def _rewrite_saved(self) -> None:
+        """After an in-place write: a leaf saved by ``memmap_`` writes its folder again (as upstream)."""
+        if self._saved_path:
+            _save(self, self._saved_path, True, True)
+
+
+def _maybe_future(result: Any, return_early: bool) -> Any:
+    if not return_early:
+        return result
+    from concurrent.futures import Future
+
+    future: Future = Future()
+    future.set_result(result)
+    return future
