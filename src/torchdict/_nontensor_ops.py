@@ -7,6 +7,8 @@ the type: upstream answers them with the leaf unchanged, which hides the mistake
 """
 from __future__ import annotations
 
+from functools import partial
+
 from typing import Any
 
 import torch
@@ -107,16 +109,32 @@ _OPERATORS: dict = {
 }
 
 
-def _refused(name: str, shown: str) -> Any:
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        raise TypeError(
-            f"{shown} is not supported by {type(self).__name__}: it holds a Python value "
-            f"({type(self._first_value()).__name__}), not tensors."
-        )
+def _refuse(leaf: Any, shown: str, *args: Any, **kwargs: Any) -> Any:
+    raise TypeError(
+        f"{shown} is not supported by {type(leaf).__name__}: it holds a Python value "
+        f"({type(leaf._first_value()).__name__}), not tensors."
+    )
 
-    method.__name__ = method.__qualname__ = name
-    method.__doc__ = f"Refused: ``{shown}`` needs tensors (raises TypeError)."
-    return method
+
+class _Refused:
+    """A member that needs tensors: calling it raises TypeError naming the op and the non-tensor type.
+
+    One small object per name rather than a closure each (import creates fewer objects; see base.py).
+    """
+
+    __slots__ = ("shown",)
+
+    def __init__(self, shown: str) -> None:
+        self.shown = shown
+
+    def __get__(self, leaf: Any, owner: type) -> Any:
+        if leaf is None:
+            return self
+        return partial(_refuse, leaf, self.shown)
+
+
+def _refused(name: str, shown: str) -> Any:
+    return _Refused(shown)
 
 
 class NonTensorOpsMixin:
