@@ -313,6 +313,45 @@ def preprocessing(workdir: str) -> None:
     print("images flipped and labels clustered in place by 2 workers:", data["labels"].tolist())
 
 
+def _sleeps_too_long(chunk: TensorDict) -> None:
+    import time
+
+    time.sleep(60)  # a hung fn: map's timeout ends it
+
+
+def reliability(workdir: str) -> None:
+    section("Reliability: failed calls, timeouts, crash-safe saves, planted links")
+    td = TensorDict({"obs": torch.zeros(4, 3), "act": torch.zeros(4)}, batch_size=[4])
+    try:
+        td.update({"obs": torch.ones(4, 3), "act": torch.ones(5)})  # "act" has the wrong batch
+    except RuntimeError:
+        print("update refused; obs untouched:", not td["obs"].any())
+    try:
+        td.map(_sleeps_too_long, num_workers=1, timeout=0.5)
+    except TimeoutError as error:
+        print("TimeoutError:", str(error).split(" (")[0])
+    ckpt = os.path.join(workdir, "ckpt")
+    for step in (1, 2):  # a save over a save is written beside it, then swapped in atomically
+        TensorDict(step=torch.tensor(step)).memmap(ckpt)
+    print("ckpt holds step", TensorDict.load_memmap(ckpt)["step"].item())
+    os.remove(os.path.join(ckpt, "step.memmap"))
+    os.symlink(os.devnull, os.path.join(ckpt, "step.memmap"))  # a link planted in the folder
+    try:
+        TensorDict.load_memmap(ckpt)
+    except RuntimeError as error:
+        print("RuntimeError:", str(error).split(" inside")[0].replace(workdir, "<workdir>"))
+
+
+def non_tensor_data() -> None:
+    section("Non-tensor data")
+    from torchdict import NonTensorData, NonTensorStack
+
+    names = NonTensorStack.from_list([["a", "b"], ["c", "d"]])
+    print(names[1, 0].data, names.permute(1, 0).tolist())
+    tag = NonTensorData("run-1", batch_size=[2, 2])
+    print(torch.stack([tag, tag]).batch_size, bool((tag == NonTensorData("run-1")).all()))
+
+
 def nested_batches() -> None:
     section("Nested levels with batch dims of their own")
     # Each level may add batch dims to its parent's; every batch op keeps them, at any depth.
@@ -348,6 +387,8 @@ def main() -> None:
         tensorclass_section()
         nested_batches()
         collections()
+        non_tensor_data()
+        reliability(workdir)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print("\nThe tour ran to the end.")
