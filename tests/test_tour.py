@@ -24,4 +24,9 @@ def test_tour_runs_and_prints_the_guide_outputs():
     assert "y[0] == 0, y[1] == 4: True" in out
     assert "worker 0 received a = 41.0" in out
     assert "torch.Size([100, 6117])" in out or "torch.Size([100," in out
+    assert "td[0]: torch.Size([2]) | stacked: torch.Size([3, 2, 2])" in out
+    assert "members after clamp_: [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]" in out
+    assert "update refused; obs untouched: True" in out
+    assert "TimeoutError: map: chunk 0 ran longer than timeout=0.5 s" in out
+    assert "ckpt holds step 2" in out and "RuntimeError: Refusing to follow the symlink" in out
     assert out.rstrip().endswith("The tour ran to the end.")
