@@ -132,7 +132,7 @@ def tensor_like() -> None:
     # Member-wise ops keep it lazy: arithmetic, select, update act on each TensorDict in the stack.
     scaled = (lazy * 2).select("reward")
     print("lazy * 2:", type(scaled).__name__, [r.sum().item() for r in scaled.get("reward", as_list=True)],
-          "| sum over all 8 steps:", lazy.sum()["reward"].item())
+          "| sum over all 8 steps:", lazy.sum(reduce=True).item())
     # The guide prints the shapes of these results.
     print(data.view(-1).shape)
     print(data.reshape(-1).shape)
@@ -367,6 +367,9 @@ def collections() -> None:
     print(isinstance(stacked, TensorDictBase), stacked.reshape(-1)["obs"].tolist())
     stacked.clamp_(max=1.0)  # an in-place op writes into the members
     print("members after clamp_:", [member["obs"].tolist() for member in members])
+    ragged = lazy_stack([TensorDict(obs=torch.zeros(3, i + 1), batch_size=[3]) for i in range(2)], dim=1)
+    print("ragged lazy stack:", type(ragged.view(-1)).__name__, ragged.view(-1).batch_size,
+          "| padded:", ragged.get("obs", as_padded_tensor=True).shape)
 
 
 def main() -> None:

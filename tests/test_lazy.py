@@ -132,9 +132,10 @@ def test_ragged_reads(dim):
     assert td.get_item_shape("y") == torch.Size([3, 2, 3, -1] if dim == 0 else [2, 3, 3, -1])
     values = td.get("y", as_list=True)
     assert all(v is t["y"] for v, t in zip(values, tds))
-    padded = torch.stack([torch.nn.functional.pad(t["y"], (0, 3 - t["y"].shape[-1]), value=-1.0) for t in tds], dim)
+    # The members along dim 0 whatever the stack dim, as upstream (and as a nested tensor's components).
+    padded = torch.stack([torch.nn.functional.pad(t["y"], (0, 3 - t["y"].shape[-1]), value=-1.0) for t in tds], 0)
     assert torch.equal(td.get("y", as_padded_tensor=True, padding_value=-1.0), padded)
-    left = torch.stack([torch.nn.functional.pad(t["y"], (3 - t["y"].shape[-1], 0)) for t in tds], dim)
+    left = torch.stack([torch.nn.functional.pad(t["y"], (3 - t["y"].shape[-1], 0)) for t in tds], 0)
     assert torch.equal(td.get("y", as_padded_tensor=True, padding_side="left"), left)
     nested = td.get("y", as_nested_tensor=True)
     assert nested.layout == torch.jagged
@@ -158,7 +159,8 @@ def test_read_option_errors():
 
 def test_padded_equals_the_dense_read_when_shapes_agree():
     td = lazy_stack(make_members(ragged=False), 2)
-    assert torch.equal(td.get("y", as_padded_tensor=True), td["y"])
+    # The padded read puts the members along dim 0 (as upstream), the dense read along the stack dim.
+    assert torch.equal(td.get("y", as_padded_tensor=True), td["y"].movedim(2, 0))
     assert td.get_item_shape("y") == td["y"].shape
 
 

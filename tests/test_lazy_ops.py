@@ -204,8 +204,10 @@ def test_arithmetic_equals_the_dense_stacks(dim, op):
 
 @pytest.mark.parametrize("dim", [0, 1, 2])
 def test_a_dense_tensordict_with_a_lazy_stack_uses_its_dense_form(dim):
-    # dense <op> lazy, and torch.stack / torch.cat mixing both: the lazy stack stands in as its
-    # contiguous() form and the result is a dense TensorDict (as upstream).
+    # dense <op> lazy, and torch.stack mixing both: the lazy stack stands in as its contiguous() form and
+    # the result is a dense TensorDict (as upstream). torch.cat of a mix with the lazy stack first is a
+    # lazy stack (as upstream: the dense items are split along its stack dim); with the dense item first,
+    # TensorDict's torch.cat runs first and gives the dense result (upstream: a lazy stack).
     tds = dense_members()
     td, dense = lazy_stack(tds, dim), torch.stack(tds, dim)
     other = torch.stack([t.clone().apply(lambda x: x + 2) for t in tds], dim)
@@ -219,8 +221,8 @@ def test_a_dense_tensordict_with_a_lazy_stack_uses_its_dense_form(dim):
         assert type(stacked) is TensorDict
         assert_td_equal(stacked, torch.stack(denses, 0))
         joined = torch.cat(items, 0)
-        assert type(joined) is TensorDict
-        assert_td_equal(joined, torch.cat(denses, 0))
+        assert type(joined) is (LazyStackedTensorDict if items[0] is td else TensorDict)
+        assert_td_equal(joined.contiguous(), torch.cat(denses, 0))
 
 
 @pytest.mark.parametrize("dim", [0, 1])
@@ -387,12 +389,8 @@ def test_reductions_equal_the_dense_stacks(stack_dim, name):
             result = getattr(td, name)(**kwargs)
             assert_reduction_equal(result, getattr(dense, name)(**kwargs))
             values = result.values if isinstance(result, tuple) else result
-            dims = () if dim is None else {d % 3 for d in (dim if isinstance(dim, tuple) else (dim,))}
-            # The stack dim survives (a lazy stack) unless it is reduced.
-            assert isinstance(values, LazyStackedTensorDict) == (dim is not None and stack_dim not in dims)
-            if isinstance(values, LazyStackedTensorDict):
-                removed = 0 if keepdim else len([d for d in dims if d < stack_dim])
-                assert values.stack_dim == stack_dim - removed
+            # As upstream: a dense TensorDict, whatever the dim.
+            assert type(values) is TensorDict
     assert_reduction_equal(getattr(td, name)(reduce=True), getattr(dense, name)(reduce=True))
     other = (stack_dim + 1) % 3
     assert_reduction_equal(getattr(td, name)(other, reduce=True), getattr(dense, name)(other, reduce=True))
@@ -413,50 +411,20 @@ def test_all_any_with_dim_equal_the_dense_stacks(stack_dim, name):
 
 @pytest.mark.parametrize("stack_dim", [0, 2])
 @pytest.mark.parametrize("name", REDUCTIONS)
-def test_reductions_of_ragged_members_without_dim_reduce_every_element(stack_dim, name):
+def test_reductions_of_ragged_members_raise_except_reduce_true(stack_dim, name):
+    """As upstream: ragged members can't give one value per key (RuntimeError, any dim), but
+    ``reduce=True`` without a dim is over every element of every member, exclusive keys too."""
     tds = make_members()  # "y" of widths 1, 2, 3 and exclusive keys
     td = lazy_stack(tds, stack_dim)
-    for keepdim in (False, True):
-        kwargs = {"return_indices": False} if name in ("max", "min") and keepdim else {}
-        result = getattr(td, name)(keepdim=keepdim, **kwargs)
-        assert type(result) is TensorDict
-        assert result.batch_size == ((1, 1, 1) if keepdim else ())
-        assert sorted(map(str, result.keys(True, True))) == sorted(map(str, [("n", "z"), "x", "y"]))
-        for key in ("x", "y", ("n", "z")):
-            elements = torch.cat([t[key].reshape(-1) for t in tds])
-            expected = getattr(torch, name)(elements)
-            if keepdim:
-                expected = expected.reshape((1,) * len(td.get_item_shape(key)))
-            torch.testing.assert_close(result[key], expected, msg=str(key))
-    # Weighted by element count: not the mean of the members' means.
-    means = torch.stack([t["y"].mean() for t in tds]).mean()
-    assert not torch.allclose(td.mean()["y"], means)
-    pooled = torch.cat([t[key].reshape(-1) for key in ("n", "x", "y") for t in tds
-                        for key in ([("n", "z")] if key == "n" else [key])])
-    torch.testing.assert_close(td.sum(reduce=True), pooled.sum())
-
-
-@pytest.mark.parametrize("stack_dim", [0, 1, 2])
-def test_reductions_of_ragged_members_along_a_dim(stack_dim):
-    tds = make_members()
-    td = lazy_stack(tds, stack_dim)
-    for name in REDUCTIONS + ["all", "any"]:
-        with pytest.raises(RuntimeError, match=RAGGED):
-            getattr(td, name)(stack_dim)
-        with pytest.raises(RuntimeError, match=RAGGED):
-            getattr(td, name)((stack_dim, (stack_dim + 1) % 3))
-    other = (stack_dim + 1) % 3
-    member_dim = other - (other > stack_dim)
-    result = td.mean(other)
-    assert isinstance(result, LazyStackedTensorDict)
-    assert result.stack_dim == stack_dim - (other < stack_dim)
-    for got, member in zip(result.get("y", as_list=True), tds):
-        torch.testing.assert_close(got, member["y"].mean(member_dim))
-    maxima = td.max(other)
-    for got, member in zip(maxima.indices.get("y", as_list=True), tds):
-        assert torch.equal(got, member["y"].max(member_dim).indices)
-    for got, member in zip(td.sum("feature").get("y", as_list=True), tds):
-        torch.testing.assert_close(got, member["y"].sum(-1))
+    before = snapshots(tds)
+    for dim in (None, stack_dim, (stack_dim + 1) % 3):
+        kwargs = {} if dim is None else {"dim": dim}
+        with pytest.raises(RuntimeError, match="requires this object to be cast to a regular TensorDict"):
+            getattr(td, name)(**kwargs)
+    assert_unchanged(tds, before)
+    pooled = torch.cat([leaf.reshape(-1) for t in tds for leaf in t.values(True, True)
+                        if isinstance(leaf, torch.Tensor)])
+    torch.testing.assert_close(getattr(td, name)(reduce=True), getattr(torch, name)(pooled))
 
 
 def test_reduction_dim_errors():
@@ -475,7 +443,9 @@ def test_reduction_dim_errors():
 def test_torch_reduction_functions_call_the_lazy_stacks_methods():
     ragged = lazy_stack([TensorDict(x=torch.arange(3.0)), TensorDict(x=torch.arange(5.0))])
     joined = torch.cat([torch.arange(3.0), torch.arange(5.0)])
-    assert torch.equal(torch.sum(ragged)["x"], joined.sum()) and torch.equal(torch.mean(ragged)["x"], joined.mean())
+    assert torch.equal(ragged.sum(reduce=True), joined.sum()) and torch.equal(ragged.mean(reduce=True), joined.mean())
+    with pytest.raises(RuntimeError, match="requires this object to be cast"):
+        torch.sum(ragged)
     assert torch.all(ragged >= 0) and not torch.any(ragged > 10)
     members = [TensorDict(x=torch.arange(3.0) + shift, batch_size=[3]) for shift in (0.0, 3.0)]
     td, dense = lazy_stack(members, 1), torch.stack(members, 1)

@@ -15,7 +15,7 @@ member, so that a member that would fail is found before any member is written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Iterator, List
+from typing import Any, Callable, List
 
 import torch
 
@@ -95,27 +95,10 @@ class LazyOpsMixin:
             td.exclude(*keys, inplace=True)
         return self
 
-    # ------------------------------------------------------------------ items / values
-    def items(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[tuple]:
-        """``(key, self.get(key))`` for the keys every member has, as ``keys()`` lists them.
-
-        A ragged tensor entry raises the ``get`` error when it is reached (as upstream).
-
-        >>> import torch
-        >>> from torchdict import TensorDict, lazy_stack
-        >>> [(key, value.shape) for key, value in lazy_stack([TensorDict(a=torch.zeros(2))] * 3).items()]
-        [('a', torch.Size([3, 2]))]
-        """
-        for key in self.keys(include_nested, leaves_only):
-            yield key, self.get(key)
-
-    def values(self, include_nested: bool = False, leaves_only: bool = False) -> Iterator[Any]:
-        """``self.get(key)`` for the keys of ``keys(include_nested, leaves_only)``."""
-        for _, value in self.items(include_nested, leaves_only):
-            yield value
-
     # ------------------------------------------------------------------ update
-    def update(self, input_dict_or_td: Any, inplace: bool = False) -> Any:
+    def update(self, input_dict_or_td: Any = None, clone: bool = False, inplace: bool = False, *,
+               non_blocking: bool = False, keys_to_update: Any = None, is_leaf: Any = None,
+               update_batch_size: bool = False, ignore_lock: bool = False, **kwargs: Any) -> Any:
         """Write every entry of ``input_dict_or_td`` (full batch) with ``set``; returns self.
 
         Sub-dicts and sub-TensorDicts are merged into existing sub-TensorDicts, as the
@@ -129,9 +112,19 @@ class LazyOpsMixin:
         >>> td.update({"a": torch.tensor([1, 2])}).tensordicts[1]["a"]
         tensor(2)
         """
+        source = input_dict_or_td
+        if keys_to_update is not None and hasattr(source, "select"):
+            source = source.select(*keys_to_update, strict=False)
+        if clone and hasattr(source, "clone"):
+            source = source.clone()
+        if isinstance(source, LazyOpsMixin) and source._stack_dim == self._stack_dim and len(
+                source._tds) == len(self._tds):
+            # Stacked the same way: member by member, so exclusive keys and ragged entries go across.
+            self._member_writes(lambda td, part: td.update(part, inplace=inplace), source._tds, inplace)
+            return self
         undo: List[Callable[[], None]] = []
         try:
-            self._update_from(input_dict_or_td, (), inplace, undo)
+            self._update_from(source, (), inplace, undo)
         except BaseException:
             for step in reversed(undo):
                 step()
@@ -268,25 +261,32 @@ class LazyOpsMixin:
         stacked._is_locked = self._is_locked and all(result.is_locked for result in results)
         return stacked
 
-    def _memberwise_(self, method: str, args: tuple, kwargs: dict) -> Any:
+    def _memberwise_(self, method: str, args: tuple, kwargs: dict, dry_run: bool = True) -> Any:
         """``member.<method>(...)`` in place on every member; returns self (NotImplemented, unchanged, if
-        the operand type is not supported)."""
+        the operand type is not supported). ``dry_run=False`` for ops that can't fail on one member only
+        (``detach_``, ``zero_``, ...)."""
         per_member = self._member_arguments(args, kwargs)
-        self._dry_run(method, per_member)
+        if dry_run:
+            self._dry_run(method, per_member, skip_first=True)
         for td, (member_args, member_kwargs) in zip(self._tds, per_member):
             if getattr(td, method)(*member_args, **member_kwargs) is NotImplemented:
                 return NotImplemented  # the first member: the operand type is refused before any write
         return self
 
-    def _dry_run(self, method: str, per_member: list) -> None:
+    def _dry_run(self, method: str, per_member: list, skip_first: bool) -> None:
         """Raise, before any member is written, what a member's in-place op would raise.
 
         Each member's own in-place op changes nothing when it fails, but the earlier
         members would already be written. So the op first runs on an empty slice of
         every later member (``member[:0]``, the operands sliced alike): torch checks
-        dtypes and the members check keys and shapes, and no element is written.
+        dtypes and the members check keys and shapes, and no element is written. A
+        member that is a lazy stack itself is probed member by member.
         """
-        for td, (member_args, member_kwargs) in list(zip(self._tds, per_member))[1:]:
+        pairs = list(zip(self._tds, per_member))
+        for td, (member_args, member_kwargs) in pairs[1:] if skip_first else pairs:
+            if isinstance(td, LazyOpsMixin):
+                td._dry_run(method, td._member_arguments(member_args, member_kwargs), skip_first=False)
+                continue
             if td.batch_dims == 0:  # no batch dim to take an empty slice of: try a copy
                 getattr(td.clone(), method)(*member_args, **member_kwargs)
                 continue
@@ -307,6 +307,8 @@ class LazyOpsMixin:
             if all(isinstance(td, LazyOpsMixin) for td in tensors):
                 return _stack_lazy_stacks(*args, **kwargs)
             return NotImplemented  # lazy and dense mixed: TensorDict's stack, of the lazy ones' dense forms
+        if func is torch.cat:
+            return _cat_lazy_stacks(*args, **kwargs)
         method = _TORCH_POINTWISE.get(func)
         if method is not None and args and isinstance(args[0], LazyOpsMixin):
             return getattr(args[0], method)(*args[1:], **kwargs)
@@ -383,6 +385,38 @@ def _stack_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
     return LazyStackedTensorDict(*members, stack_dim=new_stack_dim)
 
 
+def _cat_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
+    """``torch.cat`` with lazy stacks among the inputs, as upstream: a lazy stack. Dense inputs are first
+    split along the lazy ones' stack dim (which they must share); along the stack dim the members are
+    concatenated, along another dim the i-th members are (densely) catted."""
+    from .lazy import LazyStackedTensorDict
+
+    tensors = list(tensors)
+    if out is not None:
+        raise TypeError("torch.cat(..., out=...) is not supported for LazyStackedTensorDicts.")
+    lazies = [td for td in tensors if isinstance(td, LazyStackedTensorDict)]
+    stack_dim = lazies[0].stack_dim
+    if any(td.stack_dim != stack_dim for td in lazies):
+        raise RuntimeError("cat lazy stacked tds must have same stack dim")
+    n_batch = lazies[0].batch_dims
+    if not -n_batch <= dim < n_batch:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n_batch}, {n_batch - 1}], "
+                         f"but got {dim})")
+    dim %= n_batch
+    stacks = [td if isinstance(td, LazyStackedTensorDict) else td.to_lazystack(stack_dim) for td in tensors]
+    if dim == stack_dim:
+        members = [member for td in stacks for member in td.tensordicts]
+        return LazyStackedTensorDict(*members, stack_dim=stack_dim)
+    counts = {len(td.tensordicts) for td in stacks}
+    if len(counts) != 1:
+        raise RuntimeError("torch.cat of lazy stacks along a dim other than the stack dim needs the same number "
+                           f"of members in each, got {sorted(counts)}.")
+    member_dim = dim - (dim > stack_dim)
+    members = [torch.cat([td.tensordicts[position] for td in stacks], member_dim)
+               for position in range(counts.pop())]
+    return LazyStackedTensorDict(*members, stack_dim=stack_dim)
+
+
 #: torch functions that call the lazy stack's method of the same name (``torch.abs(td)``, ``torch.add(td, 1)``,
 #: and the reductions of ``_lazy_reductions``: ``torch.sum(td)``, ``torch.mean(td, 0)``).
 _TORCH_POINTWISE = {getattr(torch, name): name
@@ -395,6 +429,7 @@ _TORCH_POINTWISE = {getattr(torch, name): name
 
 #: Member methods that are not in the op tables of ``_ops`` (aliases, clamp, lerp).
 _EXTRA_METHODS = ("clamp", "clip", "lerp", "multiply", "subtract", "divide", "true_divide", "absolute", "negative",
+                  "mod", "addcmul", "addcdiv", "masked_fill", "where",
                   "greater", "greater_equal", "less", "less_equal", "not_equal")
 
 
@@ -410,9 +445,9 @@ def _out_of_place(name: str) -> Callable:
     return method
 
 
-def _in_place(name: str) -> Callable:
+def _in_place(name: str, dry_run: bool = True) -> Callable:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = self._memberwise_(name, args, kwargs)
+        result = self._memberwise_(name, args, kwargs, dry_run)
         if result is NotImplemented:
             raise TypeError(f"{name}(): unsupported operand type for a LazyStackedTensorDict.")
         return result
@@ -438,7 +473,7 @@ def _dunder(name: str, inplace: bool) -> Callable:
 MEMBERWISE_METHODS = (
     "bfloat16", "bool", "complex128", "complex64", "double", "float", "float16", "float32", "float64", "half",
     "int", "int16", "int32", "int64", "int8", "long", "short", "uint16", "uint32", "uint64", "uint8", "type",
-    "cpu", "detach", "copy", "filter_non_tensor_data", "flatten_keys", "unflatten_keys",
+    "cpu", "detach", "copy", "filter_non_tensor_data",
 )
 #: Their in-place relatives: run on every member, then ``self`` is returned.
 MEMBERWISE_IN_PLACE = ("detach_", "zero_", "requires_grad_", "share_memory_", "zero_grad")
@@ -462,7 +497,7 @@ def _install() -> None:
     for name in MEMBERWISE_METHODS:
         put(name, _out_of_place(name))
     for name in MEMBERWISE_IN_PLACE:
-        put(name, _in_place(name))
+        put(name, _in_place(name, dry_run=False))
     for unary in ("__neg__", "__abs__", "__invert__"):
         put(unary, lambda self, _name=unary: self._memberwise(_name, (), {}))
 

@@ -1,29 +1,27 @@
 """Reductions of a lazy stack: ``sum``, ``nansum``, ``mean``, ``nanmean``, ``prod``, ``std``, ``var``,
-``amax``, ``amin``, ``max``, ``min``, and ``all``/``any`` (with or without ``dim``).
+``amax``, ``amin``, ``max``, ``min``, ``all`` and ``any``, as upstream tensordict 0.15.3 does them.
 
 Nothing here computes a reduction itself: each case hands the work to the dense
 TensorDict's method of the same name (same arguments, same errors), on
 
-- ``dim`` omitted / ``None``: the dense stack (``contiguous()`` of the keys every member
-  has) when no entry is ragged; otherwise a batch-less TensorDict whose leaves are the
-  members' elements concatenated, so a ragged key reduces over all its elements (a mean
-  weighted by each member's element count, a std over every element, ...);
-- ``dim`` holding the stack dim: the dense stack (a ragged entry raises its error);
-- ``dim`` of other batch dims, or ``"feature"``: every member, over the matching member
-  dims; the results are stacked again lazily (a ``max``/``min`` pair of lazy stacks, or
-  ``torch.stack`` of the tensors ``reduce=True`` gives), along the stack dim moved left by
-  the reduced dims before it (unless ``keepdim``).
+- ``reduce=True`` with no ``dim``: a batch-less TensorDict holding every element of
+  every member's tensor leaves (exclusive keys and ragged leaves too) in one tensor,
+  so the single result is over all of them;
+- otherwise the dense stack (``contiguous()``: the keys every member has). A stack
+  that can't be made dense (ragged leaves) raises upstream's RuntimeError
+  "<name> requires this object to be cast to a regular TensorDict".
+
+``all()`` / ``any()`` without ``dim`` combine the members' own answers, so ragged
+members and exclusive keys take part.
 """
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, List
+from typing import Any, Callable, Iterator
 
 import torch
 
-from ._base import TensorCollection
-from ._lazy_ops import is_ragged
-from ._reductions import _NO_DIM, batch_dims_of
+from ._reductions import _NO_DIM
 from .tensordict import TensorDict
 
 _Tensor = torch.Tensor
@@ -31,15 +29,34 @@ _Tensor = torch.Tensor
 _NAMES = ("sum", "nansum", "mean", "nanmean", "prod", "std", "var", "amax", "amin", "max", "min")
 
 
+def _cast_error(collection: Any, name: str) -> RuntimeError:
+    # Upstream's wording, so code matching on it keeps working.
+    return RuntimeError(
+        f"{name} requires this object to be cast to a regular TensorDict. If you need "
+        f"{type(collection).__name__} to support {name}, help us by filing an issue on github!"
+    )
+
+
+def member_leaves(td: Any) -> Iterator[_Tensor]:
+    """Every tensor leaf of every (dense) member of ``td``, member by member; nested lazy stacks are
+    walked down to their dense members, so ragged leaves and exclusive keys are included."""
+    if hasattr(td, "tensordicts"):
+        for member in td.tensordicts:
+            yield from member_leaves(member)
+        return
+    for value in td.values(True, True):
+        if isinstance(value, _Tensor):
+            yield value
+
+
 class LazyReductionsMixin:
-    """Reductions; the class using it provides ``_tds``, ``_stack_dim``, ``batch_dims``, ``keys``,
-    ``select``, ``contiguous``, ``_exclusive_keys`` and ``_member_values``."""
+    """Reductions; the class using it provides ``tensordicts`` and ``contiguous``."""
 
     __slots__ = ()
 
     def all(self, dim: Any = None) -> Any:
-        """True when every element of every member's leaves is true; with ``dim``, a TensorDict
-        (the stack dim) or a lazy stack (other batch dims), as the dense ``all(dim)``.
+        """True when every element of every member's leaves is true (ragged members and exclusive keys
+        too); with ``dim``, the dense stack's ``all(dim)``.
 
         >>> import torch
         >>> from torchdict import TensorDict, lazy_stack
@@ -48,94 +65,51 @@ class LazyReductionsMixin:
         (True, False)
         """
         if dim is None:
-            return all(td.all() for td in self._tds)
-        return self._lazy_reduce("all", dim, {})
+            return all(td.all() for td in self.tensordicts)
+        return self._dense_for("all").all(dim)
 
     def any(self, dim: Any = None) -> Any:
         """True when some element of some member's leaf is true; with ``dim``, as ``all(dim)``."""
         if dim is None:
-            return any(td.any() for td in self._tds)
-        return self._lazy_reduce("any", dim, {})
+            return any(td.any() for td in self.tensordicts)
+        return self._dense_for("any").any(dim)
 
-    # ------------------------------------------------------------------ dispatch
-    def _lazy_reduce(self, name: str, dim: Any, kwargs: dict) -> Any:
-        if dim is _NO_DIM or dim is None:
-            return self._reduce_whole(name, kwargs)
-        if isinstance(dim, str):  # "feature" (the members give the dense error for other strings)
-            return self._reduce_members(name, dim, self._stack_dim, kwargs)
-        dims = batch_dims_of(dim, self.batch_dims)
-        stack_dim = self._stack_dim
-        if stack_dim in dims:
-            return getattr(self._dense_common(), name)(dim, **kwargs)
-        member_dims = tuple(d - (d > stack_dim) for d in dims)
-        shift = 0 if kwargs.get("keepdim") else sum(d < stack_dim for d in dims)
-        member_dim = member_dims if isinstance(dim, (tuple, list)) else member_dims[0]
-        return self._reduce_members(name, member_dim, stack_dim - shift, kwargs)
+    def _dense_for(self, name: str) -> TensorDict:
+        """The dense stack, or upstream's error for a reduction when there is none (ragged leaves)."""
+        try:
+            return self.contiguous()
+        except Exception as error:  # noqa: BLE001 - upstream turns any failure into this error
+            raise _cast_error(self, name) from error
 
-    def _reduce_members(self, name: str, member_dim: Any, new_stack_dim: int, kwargs: dict) -> Any:
-        """Each member's ``<name>(member_dim, ...)``, stacked again along ``new_stack_dim``."""
-        results = [getattr(td, name)(member_dim, **kwargs) for td in self._tds]
-        first = results[0]
-        if isinstance(first, _Tensor):  # reduce=True
-            return torch.stack(results, new_stack_dim)
-        if isinstance(first, TensorCollection):
-            return self._restack(results, new_stack_dim)
-        # torch.return_types.max / min: a pair of lazy stacks.
-        values = self._restack([result.values for result in results], new_stack_dim)
-        indices = self._restack([result.indices for result in results], new_stack_dim)
-        return type(first)((values, indices))
+    def _lazy_reduce(self, name: str, dim: Any, keepdim: bool, kwargs: dict) -> Any:
+        if dim is None and not keepdim:
+            dim = _NO_DIM  # dim=None is over every element, as an omitted dim
+        if kwargs.get("reduce") and dim is _NO_DIM:
+            return getattr(self._all_elements(), name)(keepdim=keepdim, **kwargs)
+        if kwargs.get("reduce") and dim == "feature":
+            return getattr(self.contiguous(), name)(dim, keepdim=keepdim, **kwargs)  # the ragged-read error
+        return getattr(self._dense_for(name), name)(dim, keepdim=keepdim, **kwargs)
 
-    @staticmethod
-    def _restack(members: List[Any], stack_dim: int) -> Any:
-        from .lazy import LazyStackedTensorDict
-
-        return LazyStackedTensorDict(*members, stack_dim=stack_dim)
-
-    def _dense_common(self) -> Any:
-        """The dense stack of the keys every member has (ragged entries raise)."""
-        if any(self._exclusive_keys()) or self._nested_exclusive():
-            return self.select(*self.keys(True, True)).contiguous()
-        return self.contiguous()
-
-    def _nested_exclusive(self) -> bool:
-        shared = set(self.keys(True, True))
-        return any(set(td.keys(True, True)) != shared for td in self._tds)
-
-    def _reduce_whole(self, name: str, kwargs: dict) -> Any:
-        """``<name>`` over every element of each key (see the module docstring)."""
-        if not any(is_ragged(self._member_values(key)) for key in self.keys(True, True)):
-            return getattr(self._dense_common(), name)(**kwargs)
-        return self._reduce_concatenated(name, kwargs)
-
-    def _reduce_concatenated(self, name: str, kwargs: dict) -> Any:
-        """``<name>`` of a batch-less TensorDict holding, per tensor key, every member's elements in one
-        tensor (shaped ``(1, ..., 1, count)`` with the stacked entry's dims for ``keepdim``)."""
-        keepdim = kwargs.get("keepdim", False)
-        flat = TensorDict({}, batch_size=[], device=self.device)
-        for key in self.keys(True, True):
-            values = self._member_values(key)
-            if not all(isinstance(value, _Tensor) for value in values):
-                continue  # non-tensor data: nothing to reduce
-            elements = torch.cat([value.reshape(-1) for value in values])
-            if keepdim:
-                elements = elements.reshape((1,) * values[0].ndim + (-1,))
-            flat.set(key, elements)
-        result = getattr(flat, name)(**kwargs)
-        if keepdim and isinstance(result, TensorCollection):
-            result.batch_size = torch.Size((1,) * self.batch_dims)
-        return result
+    def _all_elements(self) -> TensorDict:
+        """A batch-less TensorDict holding every element of every member's tensor leaves in one tensor."""
+        leaves = [leaf.reshape(-1) for leaf in member_leaves(self)]
+        if not leaves:
+            return TensorDict({}, batch_size=[])
+        dtype = leaves[0].dtype
+        for leaf in leaves[1:]:
+            dtype = torch.promote_types(dtype, leaf.dtype)
+        return TensorDict({"elements": torch.cat([leaf.to(dtype) for leaf in leaves])}, batch_size=[])
 
 
 def _reduction(name: str) -> Callable:
     def method(self: Any, dim: Any = _NO_DIM, keepdim: bool = False, **kwargs: Any) -> Any:
-        return self._lazy_reduce(name, dim, {"keepdim": keepdim, **kwargs})
+        return self._lazy_reduce(name, dim, keepdim, kwargs)
 
     dense = getattr(TensorDict, name)
     method.__name__ = method.__qualname__ = name
     method.__signature__ = inspect.signature(dense)  # type: ignore[attr-defined]
-    method.__doc__ = (f"The dense ``{name}`` of the lazy stack (options as there): over every element of each "
-                      "key when ``dim`` is omitted (ragged keys too), the dense stack's along the stack dim, "
-                      "a lazy stack of the members' along other batch dims.")
+    method.__doc__ = (f"The dense ``{name}`` of the lazy stack (options as there); with ``reduce=True`` and no "
+                      "``dim``, over every element of every member (ragged leaves and exclusive keys too).")
     return method
 
 
@@ -145,3 +119,5 @@ def _install() -> None:
 
 
 _install()
+
+__all__ = ["LazyReductionsMixin", "member_leaves"]

@@ -21,9 +21,20 @@ True
 >>> td.get("obs", as_padded_tensor=True).shape
 torch.Size([2, 3, 5])
 
-Members are plain (dense) ``TensorDict`` instances; reads stack their values
-with ``torch.stack`` and writes split a full-batch value along the stack dim
-into the members. A write that fails leaves every member as it was.
+Members are dense ``TensorDict`` instances or lazy stacks themselves (regrouping
+by ``view``/``reshape`` nests them); reads stack their values with ``torch.stack``
+and writes split a full-batch value along the stack dim into the members. A write
+that fails leaves every member as it was.
+
+This module is the stack itself (construction, keys, reads, indexing, writes,
+members, the dense form, locking, repr); the rest of upstream's API comes from one
+mixin per concern: ``_lazy_apply`` (apply and member-wise results), ``_lazy_keyops``
+(key structure, updates, conversions refusing exclusive keys), ``_lazy_queries``
+(what the stack says about itself), ``_lazy_ops`` (pointwise ops, update, del/pop,
+torch.stack/cat), ``_lazy_reductions``, ``_lazy_shape`` (shape ops that keep the
+members), ``_lazy_masks`` (masks across the stack dim), ``_lazy_names``,
+``_lazy_extras`` (smaller members, class-level constructors), ``_lazy_persistence``
+(memmap/load) and ``_lazy_pytree`` (torch.vmap / torch.func).
 """
 from __future__ import annotations
 
@@ -39,6 +50,14 @@ from ._errors import batch_mismatch_error, locked_error, MessageKeyError
 from ._keys import key_to_tuple
 from ._lazy_ops import _MISSING, LazyOpsMixin, is_ragged
 from ._lazy_reductions import LazyReductionsMixin
+from ._lazy_apply import LazyApplyMixin
+from ._lazy_keyops import LazyKeyOpsMixin
+from ._lazy_extras import LazyConstructorsMixin, LazyExtrasMixin
+from ._lazy_masks import LazyMaskMixin, index_with_spanning_mask
+from ._lazy_names import LazyNamesMixin
+from ._lazy_persistence import LazyPersistenceMixin
+from ._lazy_queries import LazyQueriesMixin
+from ._lazy_shape import LazyShapeMixin
 from ._torch_function import _combine_error, _incongruent_error
 from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
 from .printing import _is_shared as _tensor_is_shared
@@ -101,7 +120,9 @@ def _unsupported_index(index: Any, why: str) -> IndexError:
     return IndexError(f"Unsupported index {index!r} on a LazyStackedTensorDict: {why}.")
 
 
-class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
+class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, LazyOpsMixin, LazyReductionsMixin,
+                            LazyShapeMixin, LazyMaskMixin, LazyNamesMixin, LazyExtrasMixin, LazyConstructorsMixin,
+                            LazyPersistenceMixin, TensorDictBase):
     """A stack of TensorDicts along a new batch dim ``stack_dim`` that keeps its members.
 
     Build it with :func:`lazy_stack` (or ``LazyStackedTensorDict(*tds, stack_dim=0)``).
@@ -118,13 +139,15 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
     True
     """
 
-    __slots__ = ("_tds", "_stack_dim", "_member_batch", "_is_locked", "__weakref__")
+    __slots__ = ("_tds", "_stack_dim", "_member_batch", "_is_locked", "_stack_name", "__weakref__")
 
     def __init__(self, *tensordicts: TensorDict, stack_dim: int = 0) -> None:
         if not tensordicts:
             raise RuntimeError("items cannot be empty")
         for td in tensordicts:
-            if not isinstance(td, TensorDict):
+            # Members are TensorDictBase collections: dense TensorDicts or lazy stacks themselves
+            # (reshaping or flattening a lazy stack regroups its members into nested lazy stacks).
+            if not isinstance(td, TensorDictBase):
                 raise TypeError(
                     "Expected all inputs to be TensorDict instances but got "
                     f"{type(td)} instead."
@@ -144,6 +167,7 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
         self._stack_dim = stack_dim % (n_batch + 1)
         self._member_batch = batch
         self._is_locked = False
+        self._stack_name: Optional[str] = None  # the stack dim's name (the members' names are theirs)
 
     @classmethod
     def _from_members(cls, members: List[TensorDict], stack_dim: int) -> "LazyStackedTensorDict":
@@ -153,6 +177,7 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
         td._stack_dim = stack_dim
         td._member_batch = members[0].batch_size
         td._is_locked = False
+        td._stack_name = None
         return td
 
     @classmethod
@@ -206,12 +231,6 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
     def device(self) -> Optional[torch.device]:
         return self._tds[0].device
 
-    @property
-    def names(self) -> list:
-        """The members' dim names with ``None`` for the stack dim."""
-        names = list(self._tds[0].names)
-        return names[:self._stack_dim] + [None] + names[self._stack_dim:]
-
     def __len__(self) -> int:
         return self.batch_size[0]
 
@@ -236,16 +255,22 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
         return tuple(self[prefix + (i,)] for i in range(self.batch_size[dim]))
 
     # ------------------------------------------------------------------ keys
-    def keys(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+    def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Optional[Callable] = None,
+             *, sort: bool = False) -> list:
         """The keys every member has (members' order of the first one); exclusive keys are left out.
+
+        ``sort`` sorts them as upstream does (a nested key as the tuple of its parts).
 
         >>> a = TensorDict(x=0, only_a=1)
         >>> lazy_stack([a, TensorDict(x=1, only_b=2)]).keys()
         ['x']
         """
-        first, *others = [list(td.keys(include_nested, leaves_only)) for td in self._tds]
+        first, *others = [list(td.keys(include_nested, leaves_only, is_leaf)) for td in self._tds]
         shared = set(first).intersection(*others)
-        return [key for key in first if key in shared]
+        keys = [key for key in first if key in shared]
+        if sort:
+            keys.sort(key=lambda key: (key,) if isinstance(key, str) else tuple(key))
+        return keys
 
     def _exclusive_keys(self) -> List[list]:
         """Per member, its top-level keys that some other member lacks."""
@@ -308,7 +333,7 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
         if as_padded_tensor or as_nested_tensor:
             raise TypeError(f"as_padded_tensor and as_nested_tensor need tensor entries; key {key!r} holds "
                             f"{type(values[0]).__name__} values.")
-        if all(isinstance(value, TensorDict) for value in values):
+        if all(isinstance(value, TensorDictBase) for value in values):
             return LazyStackedTensorDict(*values, stack_dim=self._stack_dim)
         if all(type(value) in _NON_TENSOR for value in values):
             return combine_non_tensor(values, lambda grids: torch.stack(grids, self._stack_dim))
@@ -321,7 +346,8 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
             raise RuntimeError(f"Cannot pad tensors of different numbers of dims: {[v.shape for v in values]}.")
         shape = [max(sizes) for sizes in zip(*(value.shape for value in values))]
         padded = [_pad_to(value, shape, padding_value, padding_side == "left") for value in values]
-        return torch.stack(padded, self._stack_dim)
+        # The members along dim 0 whatever the stack dim, as upstream (and as a nested tensor's components).
+        return torch.stack(padded, 0)
 
     def get_item_shape(self, key: Any) -> torch.Size:
         """The shape of the stacked entry at ``key``, with ``-1`` where the members' sizes differ.
@@ -347,6 +373,9 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
             if value is _MISSING:
                 raise _missing_key_error(index, self.keys())
             return value.data if type(value) in _NON_TENSOR else value
+        across = index_with_spanning_mask(self, index)
+        if across is not None:
+            return across
         split = self._split_index(index)
         item = split.stack_item
         if isinstance(item, int):
@@ -458,11 +487,13 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
                 member[split.member_index] = backup
             raise
 
-    def set(self, key: Any, item: Any) -> "LazyStackedTensorDict":
+    def set(self, key: Any, item: Any, inplace: bool = False, *, non_blocking: bool = False,
+            **kwargs: Any) -> "LazyStackedTensorDict":
         """Split ``item`` (full batch) along the stack dim into the members; returns self.
 
         A ``list`` with one value per member writes value ``i`` into member ``i``
-        (so the members may get different shapes).
+        (so the members may get different shapes). With ``inplace``, a tensor is copied
+        into the tensors every member already has at ``key`` (``set_``).
 
         >>> import torch
         >>> a, b = TensorDict(), TensorDict()
@@ -471,6 +502,10 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
         (tensor(1), tensor(2))
         """
         keys = key_to_tuple(key)
+        if inplace and isinstance(item, _Tensor):
+            values = self._member_values(keys)
+            if values is not _MISSING and all(isinstance(value, _Tensor) for value in values):
+                return self.set_(keys, item)
         if self._is_locked or any(td.is_locked for td in self._tds):
             raise locked_error()
         self._write(keys, self._pieces(keys, item))
@@ -568,7 +603,7 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
     def _check_member(self, td: Any) -> None:
         if self._is_locked:
             raise locked_error()
-        if not isinstance(td, TensorDict):
+        if not isinstance(td, TensorDictBase):
             raise TypeError(f"Expected new value to be a TensorDict instance but got {type(td)} instead.")
         if td.batch_size != self._member_batch:
             raise ValueError(f"Batch sizes in tensordicts differs: stack has batch_size={self._member_batch}, "
@@ -609,30 +644,29 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
             values = self._member_values(key)
             if is_ragged(values):
                 raise _ragged_error(key, [value.shape for value in values])
-        return torch.stack(self._tds, self._stack_dim)
+        return torch.stack(self._shared_members(), self._stack_dim)
 
-    to_tensordict = contiguous
+    def _shared_members(self) -> List[TensorDict]:
+        """The members as dense TensorDicts holding only the keys every member has (as upstream, the dense
+        form of a lazy stack leaves exclusive keys out; a shared sub-TensorDict stays, maybe empty)."""
+        members = [td.contiguous() if isinstance(td, LazyStackedTensorDict) else td for td in self._tds]
+        key_sets = [set(td.keys(True)) for td in members]
+        shared = set.intersection(*key_sets)
+        if all(keys == shared for keys in key_sets):
+            return members
+        return [td.exclude(*(key for key in td.keys(True) if key not in shared)) for td in members]
 
-    def clone(self) -> "LazyStackedTensorDict":
-        """A lazy stack of clones of the members.
-
-        >>> a = TensorDict(a=0)
-        >>> lazy_stack([a]).clone()[0] is a
-        False
-        """
-        return self._map_members(lambda td: td.clone())
-
-    def apply(self, fn: Callable) -> "LazyStackedTensorDict":
-        """A lazy stack of ``member.apply(fn)``: ``fn`` on every leaf of every member.
-
-        >>> import torch
-        >>> lazy_stack([TensorDict(a=torch.ones(1))]).apply(lambda x: x * 2)["a"]
-        tensor([[2.]])
-        """
-        return self._map_members(lambda td: td.apply(fn))
+    def to_tensordict(self, *, retain_none: Optional[bool] = None) -> TensorDict:
+        """``contiguous()``: a dense TensorDict of the keys every member has."""
+        return self.contiguous()
 
     def _map_members(self, fn: Callable[[TensorDict], TensorDict]) -> "LazyStackedTensorDict":
         return LazyStackedTensorDict(*[fn(td) for td in self._tds], stack_dim=self._stack_dim)
+
+    @staticmethod
+    def _restack(members: Sequence[Any], stack_dim: int) -> "LazyStackedTensorDict":
+        """A lazy stack of ``members`` (dense TensorDicts or lazy stacks) along ``stack_dim``."""
+        return LazyStackedTensorDict(*members, stack_dim=stack_dim)
 
     def to(self, *args: Any, **kwargs: Any) -> "LazyStackedTensorDict":
         """A lazy stack of ``member.to(...)`` (device and/or dtype)."""
@@ -668,7 +702,7 @@ class LazyStackedTensorDict(LazyOpsMixin, LazyReductionsMixin, TensorDictBase):
                 dtype = reduce(torch.promote_types, (value.dtype for value in values))
                 fields[key] = (f"Tensor(shape={self.get_item_shape(key)}, device={values[0].device}, "
                                f"dtype={dtype}, is_shared={_tensor_is_shared(values[0])})")
-            elif all(isinstance(value, TensorDict) for value in values) or all(
+            elif all(isinstance(value, TensorDictBase) for value in values) or all(
                     type(value) in _NON_TENSOR for value in values):
                 fields[key] = format_leaf(self.get(key))
             else:
@@ -744,6 +778,8 @@ def maybe_dense_stack(items: Sequence[TensorDict], dim: int = 0) -> Any:
     items = list(items)
     if not items:
         raise RuntimeError("items cannot be empty")
+    if all(isinstance(td, LazyStackedTensorDict) for td in items):
+        return torch.stack(items, dim)  # lazy stacks of lazy stacks: see _lazy_ops._stack_lazy_stacks
 
     def layout(td: Any) -> dict:
         return {key: (value.shape if isinstance(value, _Tensor) else (type(value), value.batch_size))
@@ -753,3 +789,12 @@ def maybe_dense_stack(items: Sequence[TensorDict], dim: int = 0) -> Any:
     if all(isinstance(td, TensorDict) for td in items) and all(layout(td) == first for td in items[1:]):
         return torch.stack(items, dim)
     return lazy_stack(items, dim)
+
+
+def _register_pytree() -> None:
+    from ._lazy_pytree import register
+
+    register()
+
+
+_register_pytree()

@@ -1,0 +1,111 @@
+"""Saving a lazy stack to a folder and loading it back, in upstream tensordict 0.15.3's layout.
+
+A saved lazy stack is a folder holding ``meta.json`` (the class, ``stack_dim`` and the stack dim's
+name) and one sub-folder per member, ``0``, ``1``, ..., each a saved TensorDict (or, for a member
+that is a lazy stack itself, the same layout again). So members keep their ragged leaves and
+exclusive keys, and folders written by either library load in the other.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, List, Optional
+
+from ._meta_json import write_meta_atomic
+from ._nofollow import read_in_folder
+
+_CLASS = "tensordict:LazyStackedTensorDict"
+
+
+def _write_meta(folder: str, stack_dim: int, stack_name: Optional[str]) -> None:
+    meta = {"_type": "<class 'tensordict._lazy.LazyStackedTensorDict'>", "_format_version": 1,
+            "_class": _CLASS, "stack_dim": stack_dim, "stack_dim_name": stack_name}
+    os.makedirs(folder, exist_ok=True)
+    write_meta_atomic(folder, meta)  # absent, old or complete; never written through a symlink
+
+
+def _read_meta(folder: str) -> Optional[dict]:
+    """The stack's ``meta.json`` when ``folder`` holds a saved lazy stack, else None (a symlinked one is refused)."""
+    try:
+        meta = json.loads(read_in_folder(os.path.join(folder, "meta.json")))
+    except (FileNotFoundError, ValueError):
+        return None
+    if isinstance(meta, dict) and (meta.get("_class") == _CLASS or "LazyStackedTensorDict" in str(meta.get("_type"))):
+        return meta
+    return None
+
+
+def _member_folders(folder: str) -> List[str]:
+    count = 0
+    while os.path.isdir(os.path.join(folder, str(count))):
+        count += 1
+    return [os.path.join(folder, str(position)) for position in range(count)]
+
+
+class LazyPersistenceMixin:
+    """The class using it provides ``tensordicts``, ``stack_dim``, ``_stack_name``, ``lock_`` and
+    ``_restack``."""
+
+    __slots__ = ()
+
+    def _save_members(self, method: str, prefix: Any, kwargs: dict) -> list:
+        folder = None if prefix is None else os.path.abspath(os.fspath(prefix))
+        results = [getattr(td, method)(None if folder is None else os.path.join(folder, str(position)), **kwargs)
+                   for position, td in enumerate(self.tensordicts)]
+        if folder is not None:
+            _write_meta(folder, self.stack_dim, self._stack_name)
+        return results
+
+    def _saved_stack(self, members: list) -> Any:
+        result = self._restack(members, self.stack_dim)
+        result._stack_name = self._stack_name
+        return result.lock_()
+
+    def memmap(self, prefix: Any = None, copy_existing: bool = False, **kwargs: Any) -> Any:
+        """A new, locked lazy stack of the members' ``memmap`` copies, written to ``prefix/<i>``
+        (anonymous shared memory when ``prefix`` is None)."""
+        return self._saved_stack(self._save_members("memmap", prefix, {"copy_existing": copy_existing, **kwargs}))
+
+    def save(self, prefix: Any = None, copy_existing: bool = False, **kwargs: Any) -> Any:
+        """Alias of :meth:`memmap`."""
+        return self.memmap(prefix, copy_existing, **kwargs)
+
+    dumps = save
+
+    def memmap_(self, prefix: Any = None, copy_existing: bool = False, **kwargs: Any) -> Any:
+        """Memory-map every member in place (``prefix/<i>``); returns self, locked."""
+        self._save_members("memmap_", prefix, {"copy_existing": copy_existing, **kwargs})
+        return self.lock_()
+
+    def memmap_like(self, prefix: Any = None, copy_existing: bool = False, **kwargs: Any) -> Any:
+        """A locked lazy stack of the members' ``memmap_like`` (zero-filled files, same shapes)."""
+        return self._saved_stack(self._save_members("memmap_like", prefix,
+                                                    {"copy_existing": copy_existing, **kwargs}))
+
+    @property
+    def saved_path(self) -> str:
+        """A lazy stack is saved as one folder per member: it has no path of its own (AttributeError, as
+        upstream; each member's ``saved_path`` is its folder)."""
+        raise AttributeError(f"The tensordict has no saved path (memmap={self.is_memmap()}, path=None).")
+
+    @classmethod
+    def load_memmap(cls, prefix: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+        """Load a folder written by :meth:`memmap` (by either library): a lazy stack of the members'
+        folders; a folder holding a plain TensorDict loads as that TensorDict."""
+        from .tensordict import TensorDict
+
+        folder = os.path.abspath(os.fspath(prefix))
+        meta = _read_meta(folder)
+        if meta is None:
+            return TensorDict.load_memmap(folder, device, non_blocking, **kwargs)
+        members = [cls.load_memmap(member, device, non_blocking, **kwargs) for member in _member_folders(folder)]
+        if not members:
+            raise RuntimeError(f"The lazy stack saved in {folder!r} has no member folder (0/, 1/, ...).")
+        result = cls(*members, stack_dim=meta.get("stack_dim", 0))
+        result._stack_name = meta.get("stack_dim_name")
+        return result
+
+    @classmethod
+    def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+        """Alias of :meth:`load_memmap`."""
+        return cls.load_memmap(prefix, device, non_blocking, **kwargs)
