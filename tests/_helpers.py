@@ -1,6 +1,7 @@
 """Shared test utilities."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -35,3 +36,27 @@ def assert_same_snapshot(before: Any, after: Any) -> None:
 def to_plain(td: TensorDict) -> dict:
     """A nested plain dict with the same leaves (non-tensor data as raw values)."""
     return td.to_dict()
+
+
+def running_children(pid):
+    """Pids of live (not zombie) processes whose parent is ``pid``."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+def is_running(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

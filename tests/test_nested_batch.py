@@ -9,22 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from _deep_trees import assert_levels_consistent
 from torchdict import TensorDict
 
 
 def _deep() -> TensorDict:
     inner = TensorDict({"k": torch.arange(6.0).view(3, 2)}, batch_size=[3, 2])
     return TensorDict({"n": TensorDict({"m": inner}, batch_size=[3, 2])}, batch_size=[3])
-
-
-def _assert_levels_fit(td: TensorDict) -> None:
-    """Each nested level's batch is its parent's followed by the level's own dims, and its leaves start with it."""
-    for key, value in td.items():
-        if isinstance(value, TensorDict):
-            assert value.batch_size[: td.batch_dims] == td.batch_size, key
-            _assert_levels_fit(value)
-        else:
-            assert value.shape[: td.batch_dims] == td.batch_size, key
 
 
 @pytest.mark.parametrize("op, inner_batch", [
@@ -44,7 +35,7 @@ def _assert_levels_fit(td: TensorDict) -> None:
 def test_innermost_level_follows_the_top_batch(op, inner_batch):
     out = op(_deep())
     assert out["n", "m"].batch_size == torch.Size(inner_batch)
-    _assert_levels_fit(out)
+    assert_levels_consistent(out)
     out.apply(lambda x: x + 1)  # raised "batch dimension mismatch" before the fix
 
 
@@ -53,7 +44,7 @@ def test_indexing_after_auto_batch_size_of_a_middle_level():
     td["n"].auto_batch_size_()
     out = td[0]
     assert out["n", "m"].batch_size == torch.Size([2, 4])
-    _assert_levels_fit(out)
+    assert_levels_consistent(out)
 
 
 def test_memmap_round_trip_of_a_deep_tree_indexes_right(tmp_path):

@@ -17,6 +17,7 @@ import sys
 import pytest
 import torch
 
+from _helpers import is_running, running_children
 from torchdict import MemoryMappedTensor, TensorDict
 from torchdict.parallel import RemoteTraceback, WorkerError, WorkerPool
 
@@ -468,30 +469,6 @@ if __name__ == "__main__":
 """
 
 
-def _running_children(pid):
-    """Pids of live (not zombie) processes whose parent is ``pid``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.append(int(entry))
-    return found
-
-
-def _is_running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_workers_die_with_a_killed_parent(tmp_path):
@@ -506,17 +483,17 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     try:
         pid = int(parent.stdout.readline())
         deadline = time.monotonic() + 60
-        while len(_running_children(pid)) < 2 and time.monotonic() < deadline:
+        while len(running_children(pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
-        workers = _running_children(pid)
+        workers = running_children(pid)
         assert len(workers) == 2
     finally:
         parent.kill()
         parent.wait()
     deadline = time.monotonic() + 10
-    while any(_is_running(worker) for worker in workers) and time.monotonic() < deadline:
+    while any(is_running(worker) for worker in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(_is_running(worker) for worker in workers)
+    assert not any(is_running(worker) for worker in workers)
 
 
 @pytest.mark.slow

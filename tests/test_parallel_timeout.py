@@ -21,6 +21,7 @@ import time
 import pytest
 import torch
 
+from _helpers import is_running, running_children
 from torchdict import TensorDict
 from torchdict.parallel import WorkerError
 
@@ -94,30 +95,6 @@ def lasting(entries):
     """Those of ``entries`` still in /dev/shm a moment later (others' short-lived files come and go)."""
     time.sleep(0.2)
     return entries & shm_entries()
-
-
-def running_children(pid):
-    """Pids of live (not zombie) processes whose parent is ``pid``."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                fields = handle.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid and fields[0] != "Z":
-            found.add(int(entry))
-    return found
-
-
-def is_running(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 class NothingLeft:

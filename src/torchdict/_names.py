@@ -3,7 +3,34 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
+import torch
+
 from ._errors import locked_error
+
+
+def check_names(names: Optional[Sequence[Optional[str]]], batch_size: torch.Size) -> Optional[list]:
+    """Validated batch-dim names, stored as None when no dim is named (the TensorDict convention)."""
+    if names is None:
+        return None
+    names = list(names)
+    if len(names) != len(batch_size):
+        raise ValueError(
+            "the length of the dimension names must equate the tensordict batch_dims attribute. "
+            f"Got {names} for batch_dims {len(batch_size)}."
+        )
+    named = [name for name in names if name is not None]
+    if len(set(named)) != len(named):
+        raise ValueError(f"Some dimension names are non-unique: {names}.")
+    return names if named else None
+
+
+def expand_ellipsis(names: tuple, current: list) -> tuple:
+    """``refine_names`` arguments with ``...`` replaced by the current names of the dims it spans."""
+    if Ellipsis not in names:
+        return names
+    position = names.index(Ellipsis)
+    fill = len(current) - len(names) + 1
+    return names[:position] + tuple(current[position:position + fill]) + names[position + 1:]
 
 
 class NamesMixin:
@@ -18,16 +45,7 @@ class NamesMixin:
         if value is None:
             new_names = None
         else:
-            value = list(value)
-            if len(value) != len(self._batch_size):
-                raise ValueError(
-                    "the length of the dimension names must equate the tensordict batch_dims attribute. "
-                    f"Got {value} for batch_dims {len(self._batch_size)}."
-                )
-            named = [name for name in value if name is not None]
-            if len(set(named)) != len(named):
-                raise ValueError(f"Some dimension names are non-unique: {value}.")
-            new_names = value if named else None
+            new_names = check_names(value, self._batch_size)
         if self._is_locked and new_names != self._names:
             # A lock freezes the metadata with the keys (stricter than upstream 0.15.3, on purpose);
             # assigning the current names changes nothing and is allowed.
@@ -36,11 +54,7 @@ class NamesMixin:
 
     def refine_names(self, *names: Optional[str]) -> "TensorDict":
         """Set names for the batch dims (``...`` keeps the names of the dims it spans); returns self."""
-        if Ellipsis in names:
-            position = names.index(Ellipsis)
-            fill = len(self._batch_size) - len(names) + 1
-            names = names[:position] + tuple(self.names[position:position + fill]) + names[position + 1:]
-        self.names = names
+        self.names = expand_ellipsis(names, self.names)
         return self
 
     def rename_(self, *names: Optional[str], **rename_map: str) -> "TensorDict":

@@ -17,29 +17,16 @@ import torch
 
 from . import nontensor as _core
 from ._errors import locked_error
+from ._names import check_names, expand_ellipsis
 
 if TYPE_CHECKING:
     from .nontensor import NonTensorData, NonTensorStack
 
-__all__ = ["NonTensorMembersMixin", "check_names", "values_over"]
+__all__ = ["NonTensorMembersMixin", "values_over"]
 
 _KEEP: Any = object()  # ``empty(device=...)`` not given: keep the device
 
 
-def check_names(names: Optional[Sequence[Optional[str]]], batch_size: torch.Size) -> Optional[list]:
-    """Validated batch-dim names, stored as None when no dim is named (the TensorDict convention)."""
-    if names is None:
-        return None
-    names = list(names)
-    if len(names) != len(batch_size):
-        raise ValueError(
-            "the length of the dimension names must equate the tensordict batch_dims attribute. "
-            f"Got {names} for batch_dims {len(batch_size)}."
-        )
-    named = [name for name in names if name is not None]
-    if len(set(named)) != len(named):
-        raise ValueError(f"Some dimension names are non-unique: {names}.")
-    return names if named else None
 
 
 # Values a deep copy returns as they are: skipping ``deepcopy``'s dispatch keeps ``td.clone()`` cheap.
@@ -167,11 +154,7 @@ class NonTensorMembersMixin:
         return self._shallow().rename_(*names, **rename_map)
 
     def refine_names(self, *names: Any) -> Any:
-        if Ellipsis in names:
-            position = names.index(Ellipsis)
-            fill = len(self._batch_size) - len(names) + 1
-            names = names[:position] + tuple(self.names[position:position + fill]) + names[position + 1:]
-        self.names = names
+        self.names = expand_ellipsis(names, self.names)
         return self
 
     # Properties upstream answers for a leaf without tensors.

@@ -32,7 +32,8 @@ from typing import Any, Callable, List, Optional, Sequence
 import torch
 
 from ._nontensor_io import NonTensorPersistenceMixin
-from ._nontensor_members import NonTensorMembersMixin, check_names
+from ._names import check_names
+from ._nontensor_members import NonTensorMembersMixin
 from ._nontensor_ops import NonTensorOpsMixin
 from ._nontensor_shape import NonTensorShapeMixin
 
