@@ -1,7 +1,9 @@
 """lazy_stack / LazyStackedTensorDict, against torch.stack of the members' values and dense stacks."""
+import os
 import warnings
 
 import pytest
+
 import torch
 
 from torchdict import NonTensorStack, TensorDict, is_tensor_collection
@@ -438,3 +440,25 @@ def test_repr():
     assert repr(lazy_stack([TensorDict()])) == (
         "LazyStackedTensorDict(\n    fields={\n    },\n    batch_size=torch.Size([1]),\n    device=None,\n"
         "    is_shared=False,\n    stack_dim=0)")
+
+
+def test_the_lazy_stack_family_is_imported_on_first_use():
+    """``import torchdict`` leaves it out (fewer objects at import); a pickle or ``from torchdict import``
+    brings it in."""
+    import pickle
+    import subprocess
+    import sys
+
+    data = pickle.dumps(lazy_stack([TensorDict(a=torch.zeros(2), batch_size=[2])] * 2))
+    code = (
+        "import pickle, sys, torch, torchdict\n"
+        "assert 'torchdict.lazy' not in sys.modules\n"
+        "stack = pickle.loads(sys.stdin.buffer.read())\n"
+        "from torchdict import LazyStackedTensorDict\n"
+        "assert isinstance(stack, LazyStackedTensorDict) and stack.batch_size == (2, 2)\n"
+        "assert torch.vmap(lambda td: td + 1)(stack)['a'].shape == (2, 2)\n"
+    )
+    src = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+    result = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True,
+                            env=dict(os.environ, PYTHONPATH=src), timeout=120)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]

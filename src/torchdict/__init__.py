@@ -10,7 +10,6 @@ from ._params import TensorDictParams
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from ._torch_function import cat, stack
 from ._padding import pad, pad_sequence
-from .lazy import LazyStackedTensorDict, lazy_stack, maybe_dense_stack
 from . import _pytree  # noqa: F401  (registers TensorDict as a torch.utils._pytree node)
 
 __all__ = [
@@ -40,3 +39,16 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# The lazy-stack family (``lazy.py`` and its ``_lazy_*`` modules) is imported on first use: it is a few
+# thousand objects, and creating them in ``import torchdict`` sets off a full garbage collection of torch's
+# large heap (~100-200 ms). Nothing else imports it at module level; a lazy stack exists only once it has.
+_LAZY_NAMES = frozenset({"LazyStackedTensorDict", "lazy_stack", "maybe_dense_stack"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY_NAMES:
+        from . import lazy
+
+        return getattr(lazy, name)
+    raise AttributeError(f"module 'torchdict' has no attribute {name!r}")
