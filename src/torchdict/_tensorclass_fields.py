@@ -34,6 +34,7 @@ import torch
 from ._base import TensorCollection
 from ._accel import field_init, lengths_fit
 from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
+from ._generated import exec_generated
 from ._tensorclass_indexing import install_getitem
 from .nontensor import NonTensorData, NonTensorStack
 from .tensordict import TensorDict
@@ -420,7 +421,7 @@ def make_init(cls: type, specs: list) -> Callable:
         "_tc_set_td": set_td, "_tc_set_dict": set_instance_dict, "_tc_lengths_fit": lengths_fit,
     }
     namespace.update({f"_tc_F_{spec.name}": spec for spec in specs})
-    exec("\n".join(lines), namespace)  # noqa: S102 - generated from field names only
+    exec_generated("\n".join(lines), f"{cls.__qualname__}.__init__", namespace)
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__

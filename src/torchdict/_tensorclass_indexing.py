@@ -20,6 +20,7 @@ import torch
 
 from ._accel import field_indexer, FieldIndexer
 from ._convert import tensor_len
+from ._generated import exec_generated
 from ._indexing import NO_BATCH
 
 _MARK = "_tc_generated"
@@ -69,7 +70,7 @@ def make_getitem(cls: type, names: tuple, general: Callable, state: Any) -> Call
         return field_indexer(tuple(names), state, general, NO_BATCH, torch.Tensor)
     namespace: dict = {"_tc_Tensor": torch.Tensor, "_tc_NO_BATCH": NO_BATCH, "_tc_len": tensor_len,
                        "_tc_object_new": object.__new__, "_tc_set_td": state.__set__, "_tc_general": general}
-    exec(_generated_source(names), namespace)  # noqa: S102 - generated from field names only
+    exec_generated(_generated_source(names), f"{cls.__qualname__}.__getitem__", namespace)
     getitem = namespace["__getitem__"]
     getitem.__qualname__ = f"{cls.__qualname__}.__getitem__"
     getitem.__module__ = cls.__module__
