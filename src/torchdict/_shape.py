@@ -228,6 +228,9 @@ def transpose(td: Any, dim0: int, dim1: int) -> Any:
 
 def movedim(td: Any, source: Any, destination: Any) -> Any:
     batch = td._batch_size
+    if not batch:  # torch treats a 0-dim tensor as having one dim here; a batch of none has no dim to move
+        first = source if isinstance(source, int) else next(iter(source), 0)
+        raise IndexError(f"Dimension out of range (expected to be in range of [-0, -1], but got {first})")
     new_batch = batch_probe(batch).movedim(source, destination).shape  # torch's checks and errors
     n_batch = len(batch)
     sources = [source] if isinstance(source, int) else list(source)
@@ -281,6 +284,10 @@ def flatten(td: Any, start_dim: int, end_dim: int) -> Any:
     batch = td._batch_size
     n_batch = len(batch)
     if not n_batch:
+        # As upstream: an end dim counted from the back needs the whole (empty) batch, from 0.
+        if end_dim == -1 and start_dim != 0:
+            raise ValueError(f"Incompatible end_dim {end_dim} for tensordict with shape {batch}.")
+        batch_probe(batch).flatten(start_dim, end_dim)  # torch's range checks and errors
         return map_batch(td, lambda leaf: leaf.unsqueeze(0), _Size((1,)))
     new_batch = batch_probe(batch).flatten(start_dim, end_dim).shape  # torch's checks and errors
     start, end = start_dim % n_batch, end_dim % n_batch
@@ -494,8 +501,7 @@ def new_filled(td: Any, args: tuple, make: Callable[..., torch.Tensor], kwargs: 
     new_batch = _Size(parse_shape(args))
     n_batch = len(td._batch_size)
     device = kwargs.get("device", _MISSING)
-    result = map_batch(td, lambda leaf: make(leaf, new_batch + leaf.shape[n_batch:], **kwargs), new_batch,
-                       device=_MISSING if device is _MISSING else device)
+    result = map_batch(td, lambda leaf: make(leaf, new_batch + leaf.shape[n_batch:], **kwargs), new_batch)
     if device is not _MISSING:
         from ._convert import parse_device
 

@@ -356,14 +356,10 @@ class TensorDict(
                 raise through_leaf_error(key, value, keys[position + 1])
         return self
 
-    def get_at(self, key: Any, index: Any, *args: Any, **kwargs: Any) -> Any:
-        """``td.get(key)[index]``."""
+    def get_at(self, key: Any, index: Any, default: Any = None) -> Any:
+        """``td.get(key)[index]``; ``default`` (None) when the key is missing, as upstream."""
         value = self.get(key, _MISSING)
-        if value is _MISSING:
-            if args or "default" in kwargs:
-                return args[0] if args else kwargs["default"]
-            raise missing_key_error(key, self._tensordict)
-        return value[index]
+        return default if value is _MISSING else value[index]
 
     def get_non_tensor(self, key: Any, default: Any = _MISSING) -> Any:
         """The raw Python value of a non-tensor entry."""
