@@ -16,6 +16,8 @@ code never calls it, and must keep testing ``TensorCollection``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 class TensorCollection:
     __slots__ = ()
@@ -31,3 +33,17 @@ def is_tensor_collection(obj: object) -> bool:
     cls = obj if isinstance(obj, type) else type(obj)
     # ``_is_non_tensor`` is the class marker of NonTensorData / NonTensorStack (upstream's name too).
     return issubclass(cls, TensorCollection) or getattr(cls, "_is_non_tensor", False) is True
+
+
+_TENSORDICT_CLASS: Any = None
+
+
+def tensordict_class() -> Any:
+    """``torchdict.TensorDict``, for the modules that ``tensordict.py`` itself imports (they can't import it
+    at module level); looked up once, then kept."""
+    global _TENSORDICT_CLASS
+    if _TENSORDICT_CLASS is None:
+        from .tensordict import TensorDict
+
+        _TENSORDICT_CLASS = TensorDict
+    return _TENSORDICT_CLASS

@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ._base import TensorCollection
+from ._base import TensorCollection, tensordict_class
 from ._errors import MessageKeyError, locked_error
 from .nontensor import NonTensorData
 
@@ -219,16 +219,8 @@ _REMOVED: Any = object()  # data of the placeholder standing for a deleted entry
 _WHOLE = "\x00torchdict:whole-entry-removed"  # key of the placeholder marking a deleted sub-collection
 
 
-_new_td: Any = None  # TensorDict._new_unsafe, bound on first use (tensordict.py imports this module)
-
-
 def _empty(template: Any) -> Any:
-    global _new_td
-    if _new_td is None:
-        from .tensordict import TensorDict
-
-        _new_td = TensorDict._new_unsafe
-    return _new_td({}, template._batch_size, template._device)
+    return tensordict_class()._new_unsafe({}, template._batch_size, template._device)
 
 
 class _Changes:

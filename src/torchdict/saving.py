@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ._base import TensorCollection
+from ._base import TensorCollection, tensordict_class
 from ._filenames import key_to_filename
 from ._folder_swap import FolderSwap, begin_swap, holds_only_a_save, recover
 from ._loading import load_memmap
@@ -98,16 +98,8 @@ def _show_key(key_path: tuple) -> str:
     return repr(key_path[0] if len(key_path) == 1 else key_path)
 
 
-_TENSORDICT: Any = None  # torchdict.TensorDict, bound on first use (tensordict.py imports this module)
-
-
 def _is_tensordict(value: Any) -> bool:
-    global _TENSORDICT
-    if _TENSORDICT is None:
-        from .tensordict import TensorDict
-
-        _TENSORDICT = TensorDict
-    return isinstance(value, _TENSORDICT)
+    return isinstance(value, tensordict_class())
 
 
 # ---------------------------------------------------------------------- saving: plan
