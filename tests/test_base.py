@@ -251,3 +251,13 @@ def test_lazy_stacks_get_the_generic_members():
     stacked.clamp_(max=0.5)
     assert members[1]["a"].max() == 0.5  # written back into the members
     assert isinstance(stacked.float(), LazyStackedTensorDict)  # member-wise, as upstream
+
+
+def test_non_tensor_entries_read_as_their_values():
+    collection, td = _pair()
+    for target in (collection, td):
+        target.set("name", "run-1")
+        target.set("per_row", torchdict.NonTensorStack.from_list([[f"{i}{j}" for j in range(4)] for i in range(3)]))
+    assert collection["name"] == td["name"] == "run-1"
+    assert collection["per_row"] == td["per_row"] == [[f"{i}{j}" for j in range(4)] for i in range(3)]
+    assert type(collection.get("name")) is type(td.get("name")) is torchdict.NonTensorData

@@ -43,10 +43,12 @@ from ._base import TensorCollection, is_tensor_collection
 from ._context import then_on_exit
 from ._errors import locked_error, missing_key_error, through_leaf_error
 from ._keys import key_to_tuple
+from .nontensor import NonTensorData, NonTensorStack
 
 __all__ = ["TensorDictBase", "TensorCollection", "is_tensor_collection"]
 
 _MISSING: Any = object()
+_NON_TENSOR = (NonTensorData, NonTensorStack)
 
 
 def unsupported(collection: Any, method: str, why: str = "") -> NotImplementedError:
@@ -206,11 +208,12 @@ class TensorDictBase(TensorCollection):
             if default is _MISSING:
                 raise missing_key_error(key, self.keys())
             return default
-        return getattr(value, "data", value) if type(value).__name__ == "NonTensorData" else value
+        return value  # non-tensor entries as their wrappers, as TensorDict.get
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(i, str) for i in index)):
-            return self.get(index)
+            value = self.get(index)
+            return value._read() if type(value) in _NON_TENSOR else value  # the Python value, as td[key]
         return self._index(index)
 
     # ------------------------------------------------------------------ writing
