@@ -103,16 +103,24 @@ def _remember_meta(path: str, meta: dict) -> None:
 def write_meta_atomic(folder: str, meta: dict) -> None:
     """Write ``folder/meta.json`` so that it is either absent, old or complete, never partial.
 
-    The temporary name starts with ``%m``, which no escaped key can produce. It is created
-    exclusively and without following a symlink: whatever sits at that name (a leftover of a
-    killed save, a planted link) is removed, never written through. ``os.replace`` then swaps
-    the name itself, so a symlink at ``meta.json`` is replaced, not followed.
+    ``os.replace`` swaps the name itself, so a symlink at ``meta.json`` is replaced, not followed.
     """
     import json
+
+    write_file_atomic(folder, META_FILE, json.dumps(meta).encode("utf-8"))
+    _remember_meta(folder + os.sep + META_FILE, meta)
+
+
+def write_file_atomic(folder: str, name: str, data: bytes) -> None:
+    """``folder/name`` holds ``data`` or what it held before, never a partial file.
+
+    Written to a temporary name starting with ``%`` (which no escaped key produces), created exclusively
+    and never through a symlink (a leftover or planted file there is removed), then renamed over ``name``.
+    """
     import threading
 
-    data = json.dumps(meta).encode("utf-8")
-    temporary = f"{folder}{os.sep}%meta-{os.getpid()}-{threading.get_ident()}.tmp"
+    stem = os.path.splitext(name)[0]
+    temporary = f"{folder}{os.sep}%{stem}-{os.getpid()}-{threading.get_ident()}.tmp"
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
     try:
         fd = open_in_folder(temporary, flags, writing=True)
@@ -125,9 +133,7 @@ def write_meta_atomic(folder: str, meta: dict) -> None:
             written += os.write(fd, data[written:])
     finally:
         os.close(fd)
-    target = folder + os.sep + META_FILE
-    os.replace(temporary, target)
-    _remember_meta(target, meta)
+    os.replace(temporary, folder + os.sep + name)
 
 
 def _same_meta(left: dict, right: dict) -> bool:

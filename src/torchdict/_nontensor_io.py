@@ -24,6 +24,7 @@ from typing import Any, Optional
 import torch
 
 from . import nontensor as _core
+from ._meta_json import write_file_atomic
 
 __all__ = ["NonTensorPersistenceMixin"]
 
@@ -32,28 +33,6 @@ _STACK_TYPE = "<class 'tensordict.tensorclass.NonTensorStack'>"
 _STACK_PICKLE = "pickle.pkl"
 _DATA_PICKLE = "other.pickle"
 _NO_FOLDER = ""  # ``_saved_path`` of a leaf memory-mapped without a folder (``memmap()``)
-
-
-def _write_atomic(folder: str, name: str, payload: bytes) -> None:
-    """``folder/name`` holds ``payload`` or what it held before, never a partial file."""
-    import threading
-
-    from ._nofollow import open_in_folder
-
-    temporary = f"{folder}{os.sep}%{name}-{os.getpid()}-{threading.get_ident()}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-    try:
-        fd = open_in_folder(temporary, flags, writing=True)
-    except FileExistsError:  # a leftover of a killed save (or a planted link): removed, not followed
-        os.unlink(temporary)
-        fd = open_in_folder(temporary, flags, writing=True)
-    try:
-        written = 0
-        while written < len(payload):
-            written += os.write(fd, payload[written:])
-    finally:
-        os.close(fd)
-    os.replace(temporary, os.path.join(folder, name))
 
 
 def _remove(folder: str, name: str) -> None:
@@ -107,8 +86,8 @@ def _save(leaf: Any, prefix: Any, existsok: bool, allow_pickle: bool) -> Optiona
     os.makedirs(folder, exist_ok=True)
     stale = _DATA_PICKLE if type(leaf) is _core.NonTensorData else _STACK_PICKLE
     if pickled is not None:
-        _write_atomic(folder, pickle_name, pickled)
-    _write_atomic(folder, "meta.json", text)  # last: its presence means the save is complete
+        write_file_atomic(folder, pickle_name, pickled)
+    write_file_atomic(folder, "meta.json", text)  # last: its presence means the save is complete
     if pickled is None:
         _remove(folder, stale)
     return folder
