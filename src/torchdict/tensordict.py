@@ -45,7 +45,7 @@ from ._torch_function import TorchFunctionMixin
 from ._views import ItemsView, KeysView, ValuesView
 from ._write_checks import broadcasts_into
 from .distributed import DistributedMixin
-from .nn import ModuleMixin
+from ._module_swap import ModuleMixin
 from .nontensor import NonTensorData, NonTensorStack
 from .parallel import ParallelMixin
 from .saving import PersistenceMixin
