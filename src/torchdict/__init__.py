@@ -40,15 +40,25 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-# The lazy-stack family (``lazy.py`` and its ``_lazy_*`` modules) is imported on first use: it is a few
-# thousand objects, and creating them in ``import torchdict`` sets off a full garbage collection of torch's
-# large heap (~100-200 ms). Nothing else imports it at module level; a lazy stack exists only once it has.
-_LAZY_NAMES = frozenset({"LazyStackedTensorDict", "lazy_stack", "maybe_dense_stack"})
+# Families imported on first use (PEP 562): the lazy-stack family (``lazy.py`` and its ``_lazy_*`` modules) is
+# a few thousand objects, and creating them in ``import torchdict`` sets off a full garbage collection of
+# torch's large heap (~100-200 ms); the formats, the store and the module layer are paid for only by the
+# programs that use them. Public name -> the submodule that defines it.
+_LAZY_EXPORTS: dict = {
+    "LazyStackedTensorDict": "lazy",
+    "lazy_stack": "lazy",
+    "maybe_dense_stack": "lazy",
+}
 
 
 def __getattr__(name: str) -> object:
-    if name in _LAZY_NAMES:
-        from . import lazy
+    module_name = _LAZY_EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'torchdict' has no attribute {name!r}")
+    import importlib
 
-        return getattr(lazy, name)
-    raise AttributeError(f"module 'torchdict' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module_name}", __name__), name)
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY_EXPORTS))
