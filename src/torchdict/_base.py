@@ -16,6 +16,7 @@ code never calls it, and must keep testing ``TensorCollection``.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 
@@ -47,3 +48,32 @@ def tensordict_class() -> Any:
 
         _TENSORDICT_CLASS = TensorDict
     return _TENSORDICT_CLASS
+
+
+class BoundCall:
+    """A generated method: ``obj.name(*args)`` calls ``function(obj, *fixed, *args)``.
+
+    The generic members of TensorDictBase, a tensorclass's delegated methods and the refused arithmetic of
+    non-tensor data are hundreds of these, one small object each rather than a closure (a function, a cell
+    and a tuple each): the objects made by ``import torchdict`` count towards setting off a full garbage
+    collection of torch's heap. The fixed arguments are slots, not a tuple, for the same reason.
+    """
+
+    __slots__ = ("function", "first", "second", "count")
+
+    def __init__(self, function: Any, *fixed: Any) -> None:
+        if len(fixed) > 2:
+            raise TypeError(f"BoundCall takes at most two fixed arguments, got {len(fixed)}")
+        self.function = function
+        self.count = len(fixed)
+        self.first = fixed[0] if fixed else None
+        self.second = fixed[1] if len(fixed) == 2 else None
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        if instance is None:
+            return self
+        if self.count == 1:
+            return partial(self.function, instance, self.first)
+        if self.count == 2:
+            return partial(self.function, instance, self.first, self.second)
+        return partial(self.function, instance)

@@ -7,13 +7,12 @@ the type: upstream answers them with the leaf unchanged, which hides the mistake
 """
 from __future__ import annotations
 
-from functools import partial
-
 from typing import Any
 
 import torch
 
 from . import nontensor as _core
+from ._base import BoundCall
 from ._nontensor_members import values_over
 
 __all__ = ["NonTensorOpsMixin", "ARITHMETIC_MEMBERS"]
@@ -37,14 +36,19 @@ def _empty_result(batch_size: torch.Size) -> Any:
     return TensorDict({}, batch_size=batch_size)
 
 
-def _elementwise(left: Any, right: Any, op: Any) -> torch.Tensor:
-    """``op`` value by value over the broadcast batch of two leaves: a bool tensor."""
+def _compared_batch(left: Any, right: Any) -> torch.Size:
+    """The batch two compared leaves broadcast to; upstream's RuntimeError when they don't."""
     try:
-        shape = torch.broadcast_shapes(left._batch_size, right._batch_size)
+        return torch.broadcast_shapes(left._batch_size, right._batch_size)
     except RuntimeError as error:
         raise RuntimeError(
             f"Could not compare tensordicts with shapes {left._batch_size} and {right._batch_size}"
         ) from error
+
+
+def _elementwise(left: Any, right: Any, op: Any) -> torch.Tensor:
+    """``op`` value by value over the broadcast batch of two leaves: a bool tensor."""
+    shape = _compared_batch(left, right)
     answers = [bool(op(a, b)) for a, b in zip(values_over(left, shape), values_over(right, shape))]
     return torch.tensor(answers, dtype=torch.bool, device=left._device).view(shape)
 
@@ -70,13 +74,7 @@ def _compare(self: Any, other: Any, op: Any, fallback: bool) -> Any:
                     and not isinstance(data, torch.Tensor) and not hasattr(data, "__array__")):
                 return _elementwise(self, other, op)
             # Other cases go through upstream's comparison of the (empty) TensorDicts of the two.
-            try:
-                shape = torch.broadcast_shapes(self._batch_size, other._batch_size)
-            except RuntimeError as error:
-                raise RuntimeError(
-                    f"Could not compare tensordicts with shapes {self._batch_size} and {other._batch_size}"
-                ) from error
-            return _empty_result(shape)
+            return _empty_result(_compared_batch(self, other))
         return _elementwise(self, other, op)
     if _is_collection_like(other):
         return _empty_result(self._batch_size)
@@ -116,25 +114,8 @@ def _refuse(leaf: Any, shown: str, *args: Any, **kwargs: Any) -> Any:
     )
 
 
-class _Refused:
-    """A member that needs tensors: calling it raises TypeError naming the op and the non-tensor type.
-
-    One small object per name rather than a closure each (import creates fewer objects; see base.py).
-    """
-
-    __slots__ = ("shown",)
-
-    def __init__(self, shown: str) -> None:
-        self.shown = shown
-
-    def __get__(self, leaf: Any, owner: type) -> Any:
-        if leaf is None:
-            return self
-        return partial(_refuse, leaf, self.shown)
-
-
 def _refused(name: str, shown: str) -> Any:
-    return _Refused(shown)
+    return BoundCall(_refuse, shown)
 
 
 class NonTensorOpsMixin:

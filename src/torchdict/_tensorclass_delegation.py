@@ -19,14 +19,13 @@ pickling and copies.
 """
 from __future__ import annotations
 
-from functools import partial
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
-from ._base import TensorCollection
+from ._base import BoundCall, TensorCollection
 from ._convert import parse_batch_size
 from ._indexing import index_basic as _index_basic
 from ._indexing import index_tensordict as _index_tensordict
@@ -134,26 +133,8 @@ def _call_delegated(instance: Any, name: str, *args: Any, **kwargs: Any) -> Any:
     return rewrap_result(instance, td, bound(*args, **kwargs), name)
 
 
-class _Delegated:
-    """A delegated method: ``TensorDict.<name>`` on the fields; a result holding only fields keeps the class.
-
-    One small object per name rather than a closure each: a tensorclass delegates hundreds of methods, and
-    the objects made at import count towards setting off a full garbage collection of torch's heap.
-    """
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get__(self, instance: Any, owner: type) -> Any:
-        if instance is None:
-            return self
-        return partial(_call_delegated, instance, self.name)
-
-
 def _delegate(name: str) -> Any:
-    return _Delegated(name)
+    return BoundCall(_call_delegated, name)
 
 
 def _binary_delegate(name: str) -> Callable:

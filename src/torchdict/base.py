@@ -34,12 +34,11 @@ and the type.
 """
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import torch
 
-from ._base import TensorCollection, is_tensor_collection
+from ._base import BoundCall, TensorCollection, is_tensor_collection
 from ._context import then_on_exit
 from ._errors import locked_error, missing_key_error, through_leaf_error
 from ._keys import key_to_tuple
@@ -399,27 +398,6 @@ def _call_and_write_back(collection: TensorDictBase, name: str, values_change: b
     return collection if result is scratch else result
 
 
-class _OnDense:
-    """A generic member: ``TensorDict.<name>`` on the dense form, its result new or written back.
-
-    One small object per name (not a closure, a cell and a docstring each): ``import torchdict`` should
-    create few objects, since enough of them set off a full garbage collection of torch's heap (~200 ms).
-    """
-
-    __slots__ = ("name", "values_change")
-
-    def __init__(self, name: str, values_change: Optional[bool] = None) -> None:
-        self.name = name
-        self.values_change = values_change  # None: a new result; else written back
-
-    def __get__(self, collection: Any, owner: type) -> Any:
-        if collection is None:
-            return self
-        if self.values_change is None:
-            return partial(_call_on_dense, collection, self.name)
-        return partial(_call_and_write_back, collection, self.name, self.values_change)
-
-
 class _DenseProperty:
     """A generic read-only property, read from the dense form."""
 
@@ -500,7 +478,11 @@ GENERIC_METHODS: dict = {
 # Class attributes, not a ``__getattr__`` fallback: a class whose MRO has ``__getattr__`` loses CPython's
 # specialised attribute reads, and TensorDict's hot paths rely on them.
 for _name, _values_change in GENERIC_METHODS.items():
-    setattr(TensorDictBase, _name, _OnDense(_name, _values_change))
+    # A new result from the dense form, or the op run on a scratch copy and written back.
+    if _values_change is None:
+        setattr(TensorDictBase, _name, BoundCall(_call_on_dense, _name))
+    else:
+        setattr(TensorDictBase, _name, BoundCall(_call_and_write_back, _name, _values_change))
 for _name in DENSE_PROPERTIES:
     setattr(TensorDictBase, _name, _DenseProperty(_name))
 del _name, _values_change
