@@ -420,7 +420,7 @@ def _split_storage(storage: dict, split: Callable[[torch.Tensor], Sequence[torch
             for result, size in zip(results, batch_sizes):
                 result[key] = leaf._with_batch_size(size + extra)
         else:
-            grids = split(leaf._index_grid())
+            grids = split(leaf._code_grid())
             for result, grid in zip(results, grids):
                 result[key] = leaf._batch_op(lambda _, grid=grid: grid)
     return results

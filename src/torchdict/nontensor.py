@@ -181,6 +181,10 @@ class NonTensorData(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMixi
     def _flat_origins(self) -> List[Any]:
         return [_new_origin(len(self._batch_size))] * self._batch_size.numel()
 
+    def _palette_form(self) -> tuple:
+        """``(codes, palette, palette_origins)``: one value, referenced by a zero-stride grid of zeros."""
+        return _zero_codes(self._batch_size), [self._data], [_new_origin(len(self._batch_size))]
+
     def _shallow(self) -> "NonTensorData":
         """A new wrapper of the same value (same batch, device and names), unlocked."""
         return NonTensorData._make(self._data, self._batch_size, self._device, self._names)
@@ -209,8 +213,13 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
     'b'
     """
 
-    __slots__ = ("_values", "_origins", "_batch_size", "_device", "_names", "_locked", "_lock_undo",
-                 "_saved_path")
+    # The values are a *palette* of distinct entries and, per element, a code into it: ``_codes`` is an
+    # int64 tensor of the batch shape, or None when element i is ``_palette[i]`` (the flat form). Batch
+    # ops run on the codes (one torch op), so stacking, indexing or reshaping a stack of a few values
+    # over a large batch builds no Python object per element; the per-element list (``_values``) is
+    # made only when someone reads it.
+    __slots__ = ("_palette", "_palette_origins", "_codes", "_batch_size", "_device", "_names", "_locked",
+                 "_lock_undo", "_saved_path")
     _is_non_tensor = True
 
     def __init__(self, *values: Any, stack_dim: int = 0, device: Any = None,
@@ -225,7 +234,11 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
         from ._nontensor_shape import stack_values
 
         result = stack_values(values, stack_dim, _as_device(device))
-        self._set_flat(result._flat_values(), result._batch_size, result._device, result._origins)
+        if type(result) is NonTensorStack:
+            self._set_codes(result._palette, result._palette_origins, result._codes, result._batch_size,
+                            result._device)
+        else:
+            self._set_flat(result._flat_values(), result._batch_size, result._device, result._flat_origins())
         self._names = check_names(names, self._batch_size)
 
     def _set_flat(self, values: Sequence[Any], batch_size: Any, device: Any,
@@ -235,15 +248,63 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
             raise ValueError(
                 f"NonTensorStack got {len(values)} values for a batch of {batch_size.numel()} elements."
             )
-        self._values = list(values)
+        self._palette = list(values)
+        self._codes = None
         # One origin token per value (None: a value of its own), or None when no value has one.
-        self._origins = None if origins is None or not any(o is not None for o in origins) else list(origins)
+        self._palette_origins = _some_origins(origins)
         self._batch_size = batch_size
         self._device = _as_device(device)
         self._names = None
         self._locked = False
         self._lock_undo = None
         self._saved_path = None
+
+    def _set_codes(self, palette: list, palette_origins: Optional[list], codes: Optional[torch.Tensor],
+                   batch_size: torch.Size, device: Optional[torch.device]) -> None:
+        """The palette form: ``palette`` is shared, never mutated (writes replace it)."""
+        self._palette = palette
+        self._palette_origins = palette_origins
+        self._codes = codes
+        self._batch_size = batch_size
+        self._device = device
+        self._names = None
+        self._locked = False
+        self._lock_undo = None
+        self._saved_path = None
+
+    @classmethod
+    def _from_codes(cls, palette: list, palette_origins: Optional[list], codes: torch.Tensor,
+                    device: Optional[torch.device]) -> "NonTensorStack":
+        """A stack whose element at each position is ``palette[codes[position]]``."""
+        self = _object_new(cls)
+        self._set_codes(palette, palette_origins, codes, codes.shape, device)
+        return self
+
+    # Per-element views of the palette form, made on demand; assigning one stores the flat form.
+    def _get_values(self) -> list:
+        if self._codes is None:
+            return self._palette
+        palette = self._palette
+        return [palette[code] for code in self._codes.reshape(-1).tolist()]
+
+    def _assign_values(self, values: list) -> None:
+        origins = self._origins
+        self._palette, self._palette_origins, self._codes = values, origins, None
+
+    _values = property(_get_values, _assign_values)
+
+    def _get_origins(self) -> Optional[list]:
+        origins = self._palette_origins
+        if origins is None or self._codes is None:
+            return origins
+        return [origins[code] for code in self._codes.reshape(-1).tolist()]
+
+    def _assign_origins(self, origins: Optional[list]) -> None:
+        if self._codes is not None:
+            self._palette, self._codes = self._get_values(), None
+        self._palette_origins = origins
+
+    _origins = property(_get_origins, _assign_origins)
 
     @classmethod
     def _from_flat(cls, values: Sequence[Any], batch_size: Sequence[int], device: Any = None,
@@ -340,23 +401,41 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
         return _nest(self._values, self._batch_size)
 
     def _flat_values(self) -> List[Any]:
-        return list(self._values)
+        return list(self._palette) if self._codes is None else self._get_values()
 
     def _flat_origins(self) -> List[Any]:
-        return [None] * len(self._values) if self._origins is None else list(self._origins)
+        origins = self._get_origins()
+        if origins is None:
+            return [None] * self._batch_size.numel()
+        return list(origins) if self._codes is None else origins
 
     def _index_grid(self) -> torch.Tensor:
-        return torch.arange(len(self._values)).view(self._batch_size)
+        """The element positions over the batch (indices into ``_values``)."""
+        return torch.arange(self._batch_size.numel()).view(self._batch_size)
+
+    def _palette_form(self) -> tuple:
+        """``(codes, palette, palette_origins)``: what batch ops run on (codes index the palette)."""
+        codes = self._codes
+        if codes is None:
+            codes = torch.arange(len(self._palette)).view(self._batch_size)
+        return codes, self._palette, self._palette_origins
+
+    def _code_grid(self) -> torch.Tensor:
+        return self._palette_form()[0]
 
     def _batch_op(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "NonTensorData | NonTensorStack":
-        grid = fn(self._index_grid())
-        return _from_grid(grid, self._values, self._origins, self._device)
+        codes, palette, origins = self._palette_form()
+        return _from_grid(fn(codes), palette, origins, self._device)
 
     def _with_batch_size(self, batch_size: torch.Size) -> "NonTensorStack":
-        return NonTensorStack._from_flat(self._values, batch_size, self._device, self._origins)
+        if self._codes is None:
+            return NonTensorStack._from_flat(self._palette, batch_size, self._device, self._palette_origins)
+        return NonTensorStack._from_codes(self._palette, self._palette_origins, self._codes.reshape(batch_size),
+                                          self._device)
 
     def _to_device(self, device: Any) -> "NonTensorStack":
-        result = NonTensorStack._from_flat(self._values, self._batch_size, device, self._origins)
+        result = self._with_batch_size(self._batch_size)
+        result._device = _as_device(device)
         result._names = self._names
         return result
 
@@ -377,21 +456,33 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
             raise RuntimeError(
                 f"Cannot write {len(new_values)} non-tensor values into {len(positions)} positions."
             )
-        origins = self._flat_origins()
+        values, origins = self._flat_values(), self._flat_origins()
         for position, item, origin in zip(positions, new_values, new_origins):
-            self._values[position] = item
+            values[position] = item
             origins[position] = origin
-        self._origins = origins
+        # A new flat list: the old palette may be shared with stacks made from this one.
+        self._palette, self._palette_origins, self._codes = values, _some_origins(origins), None
 
     def _as_one_value(self) -> "Optional[NonTensorData]":
         """This stack as a NonTensorData when every element comes from one written value, else None."""
-        return _one_value(self._values, self._origins, self._batch_size, self._device)
+        codes, palette, origins = self._palette_form()
+        return _one_value_of_codes(codes, palette, origins, self._device)
 
     def __repr__(self) -> str:
         values = str(self.tolist())
         if len(values) > 50:  # upstream's cut
             values = f"{values[:50]}..."
         return f"NonTensorStack(\n    {values},\n    batch_size={self._batch_size},\n    device={self._device})"
+
+
+def _some_origins(origins: Optional[Sequence[Any]]) -> Optional[list]:
+    """``origins`` as a list, or None when no value has one."""
+    return None if origins is None or not any(o is not None for o in origins) else list(origins)
+
+
+def _zero_codes(batch_size: torch.Size) -> torch.Tensor:
+    # Every element is palette entry 0: a zero-stride grid, no memory whatever the batch.
+    return torch.zeros((), dtype=torch.long).expand(batch_size)
 
 
 def _one_value(values: list, origins: Optional[list], batch_size: torch.Size,
@@ -404,9 +495,44 @@ def _one_value(values: list, origins: Optional[list], batch_size: torch.Size,
     return NonTensorData._make(values[0], batch_size, device)
 
 
+def used_codes(codes: torch.Tensor) -> List[int]:
+    """The distinct palette entries a grid of codes refers to, in increasing order (one pass in torch)."""
+    if not codes.numel():
+        return []
+    low, high = torch.aminmax(codes)
+    low_code, high_code = int(low), int(high)
+    if low_code == high_code:
+        return [low_code]
+    counts = torch.bincount(codes.reshape(-1) - low_code, minlength=high_code - low_code + 1)
+    return (counts.nonzero().reshape(-1) + low_code).tolist()
+
+
+def _one_value_of_codes(codes: torch.Tensor, palette: list, origins: Optional[list],
+                        device: Any) -> Optional[NonTensorData]:
+    """The palette form of :func:`_one_value`: every element's origin is one value spanning the batch."""
+    if origins is None or not codes.numel():
+        return None
+    used = used_codes(codes)
+    first = origins[used[0]]
+    if first is None or first[1] < codes.dim() or any(origins[code] != first for code in used[1:]):
+        return None
+    return NonTensorData._make(palette[used[0]], codes.shape, device)
+
+
+# Up to this many elements a batch op's result is stored flat (a Python list is then cheaper than the
+# torch ops of the palette form); above it, as codes into the source's palette.
+_FLAT_RESULT_LIMIT = 256
+
+
 def _from_grid(grid: torch.Tensor, values: Sequence[Any], origins: Optional[Sequence[Any]],
-               device: Any) -> "NonTensorData | NonTensorStack":
-    """The elements of ``values`` that ``grid`` (a batch op's result on the index grid) picks."""
+               device: Any, mixed: bool = False) -> "NonTensorData | NonTensorStack":
+    """The elements of ``values`` that ``grid`` (a batch op's result on a grid of codes) picks.
+
+    ``mixed``: the caller knows the picked elements come from more than one value.
+    """
+    if grid.numel() > _FLAT_RESULT_LIMIT and grid.dim():
+        one = None if mixed else _one_value_of_codes(grid, values, origins, device)  # type: ignore[arg-type]
+        return one if one is not None else NonTensorStack._from_codes(values, origins, grid, device)  # type: ignore[arg-type]
     flat = grid.reshape(-1).tolist()
     picked = [values[i] for i in flat]
     if grid.dim() == 0:
@@ -431,18 +557,29 @@ def combine_non_tensor(
     Each ``NonTensorData`` is a value of its own (an origin), so indexing the result
     back to one of them gives that value.
     """
-    values: list = []
+    palette: list = []
     origins: list = []
     grids = []
+    used: set = set()  # the origins the elements refer to
     for leaf in leaves:
-        flat = leaf._flat_values()
-        grids.append(torch.arange(len(values), len(values) + len(flat)).view(leaf.batch_size))
-        values.extend(flat)
-        origins.extend(leaf._flat_origins())
+        codes, leaf_palette, leaf_origins = leaf._palette_form()
+        leaf_origins = [None] * len(leaf_palette) if leaf_origins is None else leaf_origins
+        if len(used) < 2:
+            if type(leaf) is NonTensorData:  # one value: no need to scan its (zero-stride) codes
+                used.add(leaf_origins[0])
+            else:
+                used.update(leaf_origins[code] for code in used_codes(codes))
+        if type(leaf) is NonTensorData:  # its one entry's offset, still a zero-stride grid
+            codes = torch.full((), len(palette), dtype=torch.long).expand(leaf._batch_size)
+        elif palette:
+            codes = codes + len(palette)
+        grids.append(codes)
+        palette.extend(leaf_palette)
+        origins.extend(leaf_origins)
     grid = combine(grids)
     device = leaves[0].device if leaves else None
-    if leaves and grid.dim() == len(leaves[0].batch_size) and len(set(origins)) > 1:
+    if leaves and grid.dim() == len(leaves[0].batch_size) and len(used) > 1:
         # A cat of different values: one flat list whose slices stay lists (as upstream, which
         # keeps its elements' values only along a stack dim).
-        origins = None
-    return _from_grid(grid, values, origins, device)
+        return _from_grid(grid, palette, None, device)
+    return _from_grid(grid, palette, _some_origins(origins), device, mixed=len(used) > 1)
