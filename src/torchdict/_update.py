@@ -117,6 +117,21 @@ def _all_fit(entries: dict, batch_size: torch.Size) -> bool:
     return True
 
 
+def _collection_fits(source: Any, entries: dict, batch_size: torch.Size, device: Any) -> bool:
+    """True when every entry of a TensorDict's storage can be taken as is: tensors only, on ``device``.
+
+    A TensorDict already guarantees that its leaves' shapes start with its batch size, so when that
+    starts with ``batch_size`` only the kinds of the values are left to check (one C-level pass), not
+    each leaf's dims again.
+    """
+    source_batch = getattr(source, "_batch_size", None)
+    if source_batch is None or source_batch[:len(batch_size)] != batch_size or (device is not None and source._device != device):
+        return _all_fit(entries, batch_size) if device is None else False
+    if batch_size:
+        return leaves_fit(entries, batch_size[0])
+    return all(isinstance(value, _Tensor) for value in entries.values())
+
+
 def _check_batch_adoption(td: Any, source: Any, inplace: bool, keys_to_update: Any) -> None:
     """Refuse ``update(update_batch_size=True)`` from a source of another batch size unless the
     source replaces every leaf (the destination's old leaves would not fit the new batch).
@@ -173,9 +188,11 @@ def _plan_update(plan: _UpdatePlan, td: Any, source: Any, clone: bool, inplace: 
     entries = source if type(source) is dict else getattr(source, "_tensordict", None)
     if type(entries) is not dict:
         entries = None
-    elif entries and quick and not inplace and not locked and device is None and (
+    elif entries and quick and not inplace and not locked and (
             # The last value first: a level holding a sub-collection (usually last) skips the full pass.
-            isinstance(next(reversed(entries.values())), _Tensor) and _all_fit(entries, batch_size)):
+            isinstance(next(reversed(entries.values())), _Tensor)) and (
+            _collection_fits(source, entries, batch_size, device) if entries is not source
+            else device is None and _all_fit(entries, batch_size)):
         # Only tensors that fit, under str keys: each replaces whatever the key holds (or adds it).
         plan.replace_all(storage, entries)
         return
