@@ -18,6 +18,7 @@ import torch
 
 from ._apply import map_batch, rewrap, unwrap
 from ._base import TensorCollection
+from ._convert import parse_batch_size, parse_device
 from ._context import (
     undo_flip,
     undo_movedim,
@@ -468,8 +469,6 @@ def tensor_split(td: Any, indices_or_sections: Any, dim: int) -> tuple:
 
 
 def empty(td: Any, recurse: bool, batch_size: Any, device: Any, names: Any) -> Any:
-    from ._convert import parse_batch_size, parse_device
-
     new_batch = td._batch_size if batch_size is None else parse_batch_size(batch_size)
     new_device = td._device if device is _MISSING else parse_device(device)
     storage = _empty_storage(td, len(td._batch_size), new_batch, new_device) if recurse else {}
@@ -503,8 +502,6 @@ def new_filled(td: Any, args: tuple, make: Callable[..., torch.Tensor], kwargs: 
     device = kwargs.get("device", _MISSING)
     result = map_batch(td, lambda leaf: make(leaf, new_batch + leaf.shape[n_batch:], **kwargs), new_batch)
     if device is not _MISSING:
-        from ._convert import parse_device
-
         result._device = parse_device(device)
     return result
 

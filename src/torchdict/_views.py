@@ -7,6 +7,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple
 import torch
 
 from ._base import TensorCollection
+from ._keys import key_to_tuple
 from .nontensor import NonTensorData, NonTensorStack
 
 _NON_TENSOR = (NonTensorData, NonTensorStack)
@@ -102,8 +103,8 @@ class KeysView(_View, Set):
         return iter([key for key, _ in self._items()])
 
     def __contains__(self, key: object) -> bool:
-        from ._keys import key_to_tuple
-
+        if type(key) is str and not self.leaves_only:  # the commonest question first
+            return key in self._td._tensordict
         if type(key) is not str:
             if not isinstance(key, (str, tuple)) or not key:
                 raise TypeError(
