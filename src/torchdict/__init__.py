@@ -36,6 +36,10 @@ __all__ = [
     "LazyStackedTensorDict",
     "lazy_stack",
     "maybe_dense_stack",
+    # formats: HDF5 and zarr; safetensors, Arrow / Parquet, pandas / CSV / JSON, numpy structured arrays
+    "PersistentTensorDict", "from_h5", "from_zarr",
+    "from_safetensors", "to_safetensors", "from_arrow", "to_arrow", "from_parquet", "from_pandas", "from_csv",
+    "from_json", "from_struct_array",
 ]
 
 __version__ = "0.1.0"
@@ -48,6 +52,13 @@ _LAZY_EXPORTS: dict = {
     "LazyStackedTensorDict": "lazy",
     "lazy_stack": "lazy",
     "maybe_dense_stack": "lazy",
+    # formats: HDF5 and zarr (PersistentTensorDict)
+    "PersistentTensorDict": "formats.h5", "from_h5": "formats.h5", "from_zarr": "formats.zarr",
+    # formats: safetensors, Arrow / Parquet, pandas / CSV / JSON, numpy structured arrays
+    "from_safetensors": "formats.safetensors", "to_safetensors": "formats.safetensors",
+    "from_arrow": "formats.arrow", "to_arrow": "formats.arrow", "from_parquet": "formats.tabular",
+    "from_pandas": "formats.tabular", "from_csv": "formats.tabular", "from_json": "formats.tabular",
+    "from_struct_array": "formats.struct",
 }
 
 

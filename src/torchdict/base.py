@@ -42,6 +42,7 @@ from ._base import BoundCall, TensorCollection, is_tensor_collection
 from ._context import then_on_exit
 from ._errors import locked_error, missing_key_error, through_leaf_error
 from ._keys import key_to_tuple
+from .formats._methods import FormatsMixin
 from .nontensor import NonTensorData, NonTensorStack
 
 __all__ = ["TensorDictBase", "TensorCollection", "is_tensor_collection"]
@@ -56,7 +57,7 @@ def unsupported(collection: Any, method: str, why: str = "") -> NotImplementedEr
     return NotImplementedError(f"{type(collection).__name__}.{method}() is not supported{reason}.")
 
 
-class TensorDictBase(TensorCollection):
+class TensorDictBase(TensorCollection, FormatsMixin):
     """The base of every TensorDict-like collection; see the module docstring for the primitives.
 
     >>> import torch
