@@ -404,14 +404,12 @@ SKIPPED = {
     **{name: "needs CUDA (cuda() and pin_memory() run on the dense stack)" for name in ("cuda", "pin_memory")},
     **{name: "not provided: CUDA streams / pinned memory in place (skipped: needs CUDA)"
        for name in ("pin_memory_", "record_stream")},
-    **{name: "not provided: file formats needing optional packages (pandas, h5py, zarr, pyarrow, streaming, redis)"
+    **{name: "file formats (formats.FormatsMixin, generic over TensorDictBase): compared in tests/test_formats_*.py"
        for name in ("from_csv", "to_csv", "from_pandas", "to_pandas", "from_h5", "to_h5", "from_zarr", "to_zarr",
-                    "from_parquet", "to_parquet", "to_mds", "to_store")},
+                    "from_parquet", "to_parquet", "to_mds", "from_json", "to_json", "from_struct_array",
+                    "to_struct_array")},
+    "to_store": "not provided: key-value stores (torchdict.store builds one with TensorDictStore.from_tensordict)",
     **{name: f"not provided: {why}" for name, why in {
-        "from_json": "JSON files are not a torchdict format",
-        "to_json": "JSON files are not a torchdict format (upstream fails on non-scalar leaves)",
-        "from_struct_array": "numpy structured arrays are not implemented in torchdict",
-        "to_struct_array": "numpy structured arrays are not implemented in torchdict",
         "from_consolidated": "consolidated (single-storage) TensorDicts are not implemented in torchdict",
         "consolidate": "consolidated (single-storage) TensorDicts are not implemented in torchdict",
         "memmap_refresh_": "re-reading a saved lazy stack in place (load it again with load_memmap)",
