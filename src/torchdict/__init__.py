@@ -40,6 +40,8 @@ __all__ = [
     "PersistentTensorDict", "from_h5", "from_zarr",
     "from_safetensors", "to_safetensors", "from_arrow", "to_arrow", "from_parquet", "from_pandas", "from_csv",
     "from_json", "from_struct_array",
+    # module layer (torchdict.nn)
+    "nn", "as_tensordict_module", "TensorClassModuleBase", "TensorClassModuleWrapper",
 ]
 
 __version__ = "0.1.0"
@@ -59,6 +61,9 @@ _LAZY_EXPORTS: dict = {
     "from_arrow": "formats.arrow", "to_arrow": "formats.arrow", "from_parquet": "formats.tabular",
     "from_pandas": "formats.tabular", "from_csv": "formats.tabular", "from_json": "formats.tabular",
     "from_struct_array": "formats.struct",
+    # module layer (torchdict.nn): the package, and the names upstream also exports at the top level
+    "nn": "nn", "as_tensordict_module": "nn.common", "TensorClassModuleBase": "nn.tensorclass_module",
+    "TensorClassModuleWrapper": "nn.tensorclass_module",
 }
 
 
@@ -68,7 +73,8 @@ def __getattr__(name: str) -> object:
         raise AttributeError(f"module 'torchdict' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(f".{module_name}", __name__), name)
+    module = importlib.import_module(f".{module_name}", __name__)
+    return module if module_name == name else getattr(module, name)  # a name equal to its module: the module
 
 
 def __dir__() -> list:

@@ -1,0 +1,41 @@
+"""Taking back writes: what an entry held before a module wrote it, and how to restore it.
+
+Used so that a failed ``TensorDictModule`` / ``TensorDictSequential`` call leaves its input as it found it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .._keys import NestedKey, key_to_tuple
+
+_MISSING = object()
+
+
+def _undo_record(tensordict: Any, key: NestedKey) -> tuple:
+    if type(key) is str:
+        return key, tensordict.get(key, _MISSING), None
+    previous = tensordict.get(key, _MISSING)
+    created_root = None
+    if previous is _MISSING and not isinstance(key, str):
+        # The first missing level of a nested key: the write creates it, the undo removes it whole.
+        parts = key_to_tuple(key)
+        for depth in range(1, len(parts)):
+            prefix = parts[:depth]
+            if tensordict.get(prefix if depth > 1 else prefix[0], _MISSING) is _MISSING:
+                created_root = prefix if depth > 1 else prefix[0]
+                break
+    return key, previous, created_root
+
+
+def _undo_write(tensordict: Any, record: tuple) -> None:
+    key, previous, created_root = record
+    try:
+        if previous is not _MISSING:
+            tensordict.set(key, previous)
+        elif created_root is not None:
+            if tensordict.get(created_root, _MISSING) is not _MISSING:
+                del tensordict[created_root]
+        elif tensordict.get(key, _MISSING) is not _MISSING:
+            del tensordict[key]
+    except Exception:  # the undo is best effort: the original error is the one to report
+        pass
