@@ -11,6 +11,8 @@ from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from ._torch_function import cat, stack
 from ._padding import pad, pad_sequence
 from . import _pytree  # noqa: F401  (registers TensorDict as a torch.utils._pytree node)
+# persistence: the function ``memmap`` replaces the submodule of that name as the attribute (as upstream's)
+from .saving import memmap  # noqa: E402,F811
 
 __all__ = [
     "TensorDict",
@@ -42,6 +44,9 @@ __all__ = [
     "from_json", "from_struct_array",
     # module layer (torchdict.nn)
     "nn", "as_tensordict_module", "TensorClassModuleBase", "TensorClassModuleWrapper",
+    # persistence: save / load, archives, pack
+    "save", "load", "load_memmap", "memmap", "pack_memmap", "unpack_memmap", "append_memmap", "is_memmap_archive",
+    "refresh_archive_checksums", "PackLayout",
 ]
 
 __version__ = "0.1.0"
@@ -64,6 +69,10 @@ _LAZY_EXPORTS: dict = {
     # module layer (torchdict.nn): the package, and the names upstream also exports at the top level
     "nn": "nn", "as_tensordict_module": "nn.common", "TensorClassModuleBase": "nn.tensorclass_module",
     "TensorClassModuleWrapper": "nn.tensorclass_module",
+    # persistence: save / load, .tdz archives, appending rows, pack
+    "save": "saving", "load": "saving", "load_memmap": "saving", "pack_memmap": "formats.archive",
+    "unpack_memmap": "formats.archive", "is_memmap_archive": "formats.archive",
+    "refresh_archive_checksums": "formats.archive", "append_memmap": "_append_memmap", "PackLayout": "formats.pack",
 }
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "folder_meta",
     "meta_unchanged",
     "parse_dtype",
+    "parse_meta",
     "parse_shape",
     "read_meta",
     "remove_meta",
@@ -198,6 +199,17 @@ def read_meta(folder: str) -> dict:
             "save that wrote it did not finish (meta.json is written last)",
             meta_path,
         ) from None
+    return parse_meta(folder, text)
+
+
+def parse_meta(folder: str, text: bytes) -> dict:
+    """``text``, the content of ``folder``'s ``meta.json``, parsed (a ``ValueError`` unless a JSON object).
+
+    >>> parse_meta("ckpt", b'{"format": "torchdict"}')
+    {'format': 'torchdict'}
+    """
+    import json
+
     try:
         meta = json.loads(text)  # bytes: json detects the UTF-8 encoding
     except ValueError as error:

@@ -4,14 +4,13 @@ Upstream's ``meta.json`` is flat: ``shape``, ``device``, ``_type`` / ``_class``,
 ``_format_version``, plus one dict per key (``dtype``/``shape`` for a tensor, ``type`` for a
 sub-folder). File names are ``%XX``-escaped like torchdict's (:func:`escape_key`); the
 legacy layout used the raw key as the name. Nested TensorDicts, ``NonTensorData`` /
-``NonTensorStack``, nested tensors, ``LazyStackedTensorDict`` (loaded as one dense stack)
+``NonTensorStack``, nested tensors, ``LazyStackedTensorDict`` (a lazy stack; dense when nested)
 and registered tensorclasses are read. This is a migration path: torchdict only writes
 its own format. Sub-folders are loaded through the :class:`~torchdict._loading.FolderLoader`
 of the call, so either format may sit below either.
 """
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,13 +18,12 @@ import torch
 from ._filenames import escape_key, is_safe_name
 from ._meta_json import check_fits, corrupt_meta, parse_dtype, parse_shape
 from ._saved_classes import find_saved_class
-from .memmap import map_file
 from .nontensor import NonTensorData, NonTensorStack
 
 if TYPE_CHECKING:
     from ._loading import FolderLoader
 
-__all__ = ["load_upstream_folder"]
+__all__ = ["load_upstream_folder", "upstream_child"]
 
 _CPU = torch.device("cpu")
 # Top-level meta.json fields that describe the folder rather than name an entry.
@@ -55,20 +53,21 @@ def _upstream_kind(meta: dict) -> str:
     return "TensorDict"
 
 
-def _entry_path(folder: str, key: str, suffix: str) -> str:
-    """The file of ``key`` in an upstream folder: the %XX name, or the legacy raw key name."""
-    encoded = os.path.join(folder, escape_key(key) + suffix)
+def upstream_child(loader: FolderLoader, folder: str, key: str, suffix: str) -> str:
+    """The file (or sub-folder) of ``key`` in an upstream folder: the %XX name, or the legacy raw key name."""
+    tree = loader.tree
+    encoded = tree.join(folder, escape_key(key) + suffix)
     # lexists: a symlink is found, then refused by the loader, rather than skipped
-    if os.path.lexists(encoded) or not is_safe_name(key + suffix):
+    if tree.lexists(encoded) or not is_safe_name(key + suffix):
         return encoded
-    legacy = os.path.join(folder, key + suffix)
-    return legacy if os.path.lexists(legacy) else encoded
+    legacy = tree.join(folder, key + suffix)
+    return legacy if tree.lexists(legacy) else encoded
 
 
 def _pickled_data(loader: FolderLoader, folder: str) -> Any:
     """The ``data`` of a folder's ``other.pickle`` (non-tensor values upstream could not JSON), or None."""
-    pickle_path = os.path.join(folder, "other.pickle")
-    if not os.path.lexists(pickle_path):
+    pickle_path = loader.tree.join(folder, "other.pickle")
+    if not loader.tree.lexists(pickle_path):
         return None
     return loader.unpickle(pickle_path)["data"]
 
@@ -82,7 +81,7 @@ def load_upstream_folder(loader: FolderLoader, folder: str, meta: dict, parent_b
     if kind == "NonTensorStack":
         return _non_tensor_stack(loader, folder, meta, parent_batch)
     if kind == "LazyStackedTensorDict":
-        return _lazy_stack(loader, folder, meta)
+        return _lazy_stack(loader, folder, meta, as_lazy=parent_batch is None)
     if kind.startswith("external:"):
         return _tensorclass(loader, folder, meta, kind[len("external:"):], parent_batch)
     if kind != "TensorDict":
@@ -95,7 +94,7 @@ def load_upstream_folder(loader: FolderLoader, folder: str, meta: dict, parent_b
         if "dtype" in entry:
             storage[key] = _tensor(loader, folder, key, entry, batch_size)
         elif "type" in entry:
-            storage[key] = loader.load(_entry_path(folder, key, ""), batch_size)
+            storage[key] = loader.load(upstream_child(loader, folder, key, ""), batch_size)
     names = meta.get("_names")
     device = meta.get("device", "cpu")
     return loader.build(storage, batch_size, device, names if type(names) is list else None, None, folder)
@@ -104,15 +103,15 @@ def load_upstream_folder(loader: FolderLoader, folder: str, meta: dict, parent_b
 def _tensor(loader: FolderLoader, folder: str, key: str, entry: dict, batch_size: torch.Size) -> Any:
     dtype = parse_dtype(folder, entry.get("dtype"))
     shape = parse_shape(folder, entry.get("shape"))
-    path = _entry_path(folder, key, ".memmap")
+    path = upstream_child(loader, folder, key, ".memmap")
     if not entry.get("is_nested", False):
         check_fits(folder, key, shape, batch_size)
         return loader.map(path, dtype, shape)
     # A nested tensor: <key>.shape.memmap holds one row of sizes per element.
-    sizes = map_file(_entry_path(folder, key, ".shape.memmap"), torch.int64, shape, mode="r", in_saved_folder=True)
+    sizes = loader.tree.map(upstream_child(loader, folder, key, ".shape.memmap"), torch.int64, shape, "r")
     element_shapes = [torch.Size(row) for row in sizes.tolist()]
     total = sum(element.numel() for element in element_shapes)
-    flat = map_file(path, dtype, torch.Size([total]), mode=loader.mode, in_saved_folder=True)
+    flat = loader.tree.map(path, dtype, torch.Size([total]), loader.mode)
     pieces = []
     offset = 0
     for element in element_shapes:
@@ -134,30 +133,44 @@ def _non_tensor_stack(loader: FolderLoader, folder: str, meta: dict, parent_batc
     return stack._to_device(_CPU)
 
 
-def _lazy_stack(loader: FolderLoader, folder: str, meta: dict) -> Any:
+def _lazy_stack(loader: FolderLoader, folder: str, meta: dict, as_lazy: bool) -> Any:
+    """The members stacked: a ``LazyStackedTensorDict`` for the folder loaded itself (as upstream), one dense
+    TensorDict for a lazy stack held inside a TensorDict (torchdict's nested collections are dense)."""
     members = []
     index = 0
-    # islink: a symlinked member is refused by the loader rather than ending the stack there
-    while os.path.isdir(os.path.join(folder, str(index))) or os.path.islink(os.path.join(folder, str(index))):
-        members.append(loader.load(os.path.join(folder, str(index))))
+    # a symlinked member is found (is_folder), then refused by the loader rather than ending the stack there
+    while loader.tree.is_folder(loader.tree.join(folder, str(index))):
+        members.append(loader.load(loader.tree.join(folder, str(index))))
         index += 1
     stack_dim = meta.get("stack_dim", 0)
     if not members:
         raise corrupt_meta(folder, "a stacked TensorDict without members")
+    if type(stack_dim) is not int:
+        raise corrupt_meta(folder, f"invalid stack_dim {stack_dim!r}")
+    if not as_lazy:
+        try:
+            return torch.stack(members, stack_dim)
+        except Exception as error:
+            raise RuntimeError(
+                f"The upstream LazyStackedTensorDict in {folder} could not be loaded as one dense TensorDict "
+                f"(a lazy stack inside a TensorDict is loaded densely): {error}"
+            ) from error
+    from .lazy import LazyStackedTensorDict  # imported on first use (see torchdict._LAZY_EXPORTS)
+
     try:
-        return torch.stack(members, stack_dim)
+        stack = LazyStackedTensorDict(*members, stack_dim=stack_dim)
     except Exception as error:
-        raise RuntimeError(
-            f"The upstream LazyStackedTensorDict in {folder} could not be loaded as one dense TensorDict "
-            f"(torchdict stacks densely): {error}"
-        ) from error
+        raise corrupt_meta(folder, f"its members can't be stacked along dim {stack_dim} ({error})") from error
+    name = meta.get("stack_dim_name")
+    stack._stack_name = name if type(name) is str else None
+    return stack
 
 
 def _tensorclass(loader: FolderLoader, folder: str, meta: dict, qualified: str,
                  parent_batch: torch.Size | None) -> Any:
     module, _, qualname = qualified.rpartition(".")
     cls = find_saved_class(f"{module}:{qualname}", qualified, folder)  # before reading anything more
-    td = loader.load(os.path.join(folder, "_tensordict"), parent_batch)
+    td = loader.load(loader.tree.join(folder, "_tensordict"), parent_batch)
     for key, value in meta.items():
         if key not in _UPSTREAM_RESERVED and key != "_tensordict":
             td._tensordict[key] = NonTensorData(value, td._batch_size, _CPU)

@@ -13,7 +13,7 @@ file after checking it is long enough.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -36,12 +36,14 @@ class _MappedFile:
     identity tells them apart (None: unknown, the path is trusted).
     """
 
-    __slots__ = ("path", "writable", "identity")
+    __slots__ = ("path", "writable", "identity", "shape")
 
-    def __init__(self, path: str, writable: bool, identity: tuple | None = None) -> None:
+    def __init__(self, path: str, writable: bool, identity: tuple | None = None,
+                 shape: torch.Size | None = None) -> None:
         self.path = path
         self.writable = writable
         self.identity = identity
+        self.shape = shape  # the shape the file was mapped as (``parent_shape`` of its views)
 
 
 def _as_shape(shape: Sequence[Any]) -> torch.Size:
@@ -152,6 +154,27 @@ class MemoryMappedTensor(torch.Tensor):
     def _has_file(self) -> bool:
         return self._mapped_file is not None
 
+    @property
+    def parent_shape(self) -> torch.Size:
+        """The shape of the whole tensor this one is a view of (as mapped or created); deprecated, as upstream.
+
+        Example:
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore")
+            ...     MemoryMappedTensor.zeros(4, 3)[1:3].parent_shape
+            torch.Size([4, 3])
+        """
+        import warnings
+
+        warnings.warn("MemoryMappedTensor.parent_shape is deprecated and will be removed in TensorDict 0.17.",
+                      DeprecationWarning, stacklevel=2)
+        mapped_file = self._mapped_file
+        if mapped_file is not None and mapped_file.shape is not None:
+            return mapped_file.shape
+        base = self._base
+        return self.shape if base is None else base.shape
+
     # ------------------------------------------------------------------ constructors
     @classmethod
     def from_tensor(
@@ -226,8 +249,9 @@ class MemoryMappedTensor(torch.Tensor):
     ) -> "MemoryMappedTensor":
         """Map an existing file holding raw elements of ``dtype`` in C order.
 
-        ``mode`` is ``"r+"`` (the default: writes go to the file) or ``"r"`` (a private
-        copy-on-write mapping, which also works on read-only files). The file must hold
+        ``mode`` is ``"r+"`` (writes go to the file), ``"r"`` (a private copy-on-write mapping,
+        which also works on read-only files) or None (the default: ``"r+"`` when the file can be
+        written, else ``"r"``). The file must hold
         at least the bytes the shape needs; extra trailing bytes are ignored.
 
         Example:
@@ -237,64 +261,141 @@ class MemoryMappedTensor(torch.Tensor):
             >>> MemoryMappedTensor.from_filename(path, torch.int64, [2, 3])[1].tolist()
             [3, 4, 5]
         """
-        result = map_file(os.fspath(filename), dtype, torch.Size(shape), mode=mode or "r+")
+        path = os.fspath(filename)
+        if mode is None:  # as upstream: shared when the file can be written, copy-on-write otherwise
+            mode = "r+" if os.access(path, os.W_OK) or not os.path.exists(path) else "r"
+        result = map_file(path, dtype, torch.Size(shape), mode=mode)
         if index is not None:
             result = result[index]
         return result
 
     @classmethod
-    def empty(cls, *shape: Any, dtype: torch.dtype | None = None, filename: str | os.PathLike | None = None,
-              existsok: bool = False) -> "MemoryMappedTensor":
+    def empty(cls, *size: Any, shape: Any = None, dtype: torch.dtype | None = None, device: Any = None,
+              filename: str | os.PathLike | None = None, existsok: bool = False) -> "MemoryMappedTensor":
         """An uninitialised MemoryMappedTensor (new files and shared memory read as zeros).
 
+        The shape is given as ints (``empty(2, 3)``), as one sequence (``empty((2, 3))``) or as the
+        ``shape=`` keyword. ``device`` may only be ``None`` or the CPU. ``dtype`` defaults to
+        ``torch.get_default_dtype()``.
+
         Example:
-            >>> MemoryMappedTensor.empty(2, 3).shape
-            torch.Size([2, 3])
+            >>> MemoryMappedTensor.empty(2, 3).shape, MemoryMappedTensor.empty(shape=[4]).shape
+            (torch.Size([2, 3]), torch.Size([4]))
         """
-        return _allocate(_as_shape(shape), dtype, filename, existsok)
+        return _allocate(_shape_argument("empty", size, shape), dtype, filename, existsok, device)
 
     @classmethod
-    def zeros(cls, *shape: Any, dtype: torch.dtype | None = None, filename: str | os.PathLike | None = None,
-              existsok: bool = False) -> "MemoryMappedTensor":
+    def zeros(cls, *size: Any, shape: Any = None, dtype: torch.dtype | None = None, device: Any = None,
+              filename: str | os.PathLike | None = None, existsok: bool = False) -> "MemoryMappedTensor":
         """A zero-filled MemoryMappedTensor; a new file is allocated sparsely, never written.
+
+        Takes the shape and keywords of :meth:`empty`.
 
         Example:
             >>> MemoryMappedTensor.zeros((2,), dtype=torch.int32).tolist()
             [0, 0]
         """
+        target = _shape_argument("zeros", size, shape)
         path = None if filename is None else os.fspath(filename)
         reused = path is not None and existsok and os.path.exists(path)
-        result = _allocate(_as_shape(shape), dtype, path, existsok)
+        result = _allocate(target, dtype, path, existsok, device)
         if reused:
             result.zero_()  # an existing file keeps its old bytes through ftruncate
         return result
 
     @classmethod
-    def ones(cls, *shape: Any, dtype: torch.dtype | None = None, filename: str | os.PathLike | None = None,
-             existsok: bool = False) -> "MemoryMappedTensor":
-        """A MemoryMappedTensor filled with ones.
+    def ones(cls, *size: Any, shape: Any = None, dtype: torch.dtype | None = None, device: Any = None,
+             filename: str | os.PathLike | None = None, existsok: bool = False) -> "MemoryMappedTensor":
+        """A MemoryMappedTensor filled with ones; takes the shape and keywords of :meth:`empty`.
 
         Example:
             >>> MemoryMappedTensor.ones(2).tolist()
             [1.0, 1.0]
         """
-        dtype = torch.get_default_dtype() if dtype is None else dtype
-        return cls.full(_as_shape(shape), fill_value=1, dtype=dtype, filename=filename, existsok=existsok)
+        result = _allocate(_shape_argument("ones", size, shape), dtype, filename, existsok, device)
+        result.fill_(1)
+        return result
 
     @classmethod
-    def full(cls, *shape: Any, fill_value: Any, dtype: torch.dtype | None = None,
-             filename: str | os.PathLike | None = None, existsok: bool = False) -> "MemoryMappedTensor":
+    def full(cls, *size: Any, fill_value: Any, shape: Any = None, dtype: torch.dtype | None = None,
+             device: Any = None, filename: str | os.PathLike | None = None,
+             existsok: bool = False) -> "MemoryMappedTensor":
         """A MemoryMappedTensor filled with ``fill_value`` (keyword-only, as in upstream).
+
+        Takes the shape and keywords of :meth:`empty`; as there, ``dtype`` defaults to
+        ``torch.get_default_dtype()`` whatever the type of ``fill_value`` (upstream does the same,
+        where ``torch.full`` would infer it).
 
         Example:
             >>> MemoryMappedTensor.full((2,), fill_value=5, dtype=torch.int64).tolist()
             [5, 5]
         """
-        if dtype is None:
-            dtype = torch.full((), fill_value).dtype
-        result = _allocate(_as_shape(shape), dtype, filename, existsok)
+        result = _allocate(_shape_argument("full", size, shape), dtype, filename, existsok, device)
         result.fill_(fill_value)
         return result
+
+    @classmethod
+    def from_storage(cls, storage: Any, *, shape: Any = None, dtype: torch.dtype | None = None,
+                     device: Any = None, index: Any = None, filename: str | os.PathLike | None = None,
+                     handler: Any = None) -> "MemoryMappedTensor":
+        """A MemoryMappedTensor viewing ``storage`` (an ``UntypedStorage`` or a ``TypedStorage``); nothing is copied.
+
+        ``dtype`` reads the bytes as that dtype: an untyped storage defaults to ``torch.int64`` and a
+        typed storage to its own dtype, which (as in upstream) must then be the default dtype. ``shape``
+        views the result (1-d by default), ``index`` indexes it. The file is the storage's own
+        (``UntypedStorage.from_file``) or ``filename``; a storage with a file of its own refuses a
+        different ``filename``. ``handler`` is accepted for upstream's pickles and kept alive with the
+        tensor.
+
+        Example:
+            >>> storage = torch.arange(6.0).untyped_storage()
+            >>> MemoryMappedTensor.from_storage(storage, dtype=torch.float32, shape=(2, 3))[1].tolist()
+            [3.0, 4.0, 5.0]
+        """
+        own_file = getattr(storage, "filename", None)
+        if own_file is not None:
+            if filename is None:
+                filename = own_file
+            elif os.fspath(filename) != os.fspath(own_file):
+                raise RuntimeError(
+                    "The storage is mapped from the file "
+                    f"{own_file}, which differs from filename={os.fspath(filename)}: pass filename=None to "
+                    "keep the storage's own file."
+                )
+        if device is not None and torch.device(device).type != "cpu":
+            raise RuntimeError("Only CPU tensors are supported.")
+        flat = _storage_view(storage, dtype)
+        if shape is not None:
+            flat = flat.view(_as_shape((shape,)) if not isinstance(shape, int) else torch.Size([shape]))
+        mapped_file = None
+        if filename is not None:
+            path = os.fspath(filename)
+            mapped_file = _MappedFile(path, True, _identity_or_none(path))
+        result = cls._wrap(flat, mapped_file)
+        if handler is not None:
+            result.__dict__["_handler"] = handler
+        return result if index is None else result[index]
+
+    @classmethod
+    def from_handler(cls, handler: Any, dtype: torch.dtype, shape: Any, index: Any = None) -> "MemoryMappedTensor":
+        """A MemoryMappedTensor over the shared-memory buffer of ``handler`` (an object with a ``buffer``).
+
+        Upstream 0.14 pickled anonymous MemoryMappedTensors as such a handler; this rebuilds them.
+        The buffer is viewed, not copied, and kept alive with the tensor.
+
+        Example:
+            >>> import mmap
+            >>> class Handler:
+            ...     buffer = mmap.mmap(-1, 16)
+            >>> MemoryMappedTensor.from_handler(Handler(), torch.int32, (2, 2)).tolist()
+            [[0, 0], [0, 0]]
+        """
+        if isinstance(shape, torch.Tensor):
+            raise TypeError("MemoryMappedTensor.from_handler: nested shapes (a tensor of shapes) are not supported.")
+        flat = torch.frombuffer(memoryview(handler.buffer), dtype=dtype)
+        result = cls._wrap(flat.reshape(torch.Size(shape)), None)
+        result.__dict__["_handler"] = handler
+        return result if index is None else result[index]
 
     @classmethod
     def empty_like(cls, input: torch.Tensor, *, filename: str | os.PathLike | None = None) -> "MemoryMappedTensor":
@@ -471,13 +572,60 @@ def _contiguous_strides(shape: torch.Size) -> tuple:
     return tuple(reversed(strides))
 
 
-def _allocate(shape: torch.Size, dtype: torch.dtype | None, filename: Any, existsok: bool) -> MemoryMappedTensor:
+def _allocate(shape: torch.Size, dtype: torch.dtype | None, filename: Any, existsok: bool,
+              device: Any = None) -> MemoryMappedTensor:
+    if device is not None and torch.device(device).type != "cpu":
+        raise RuntimeError("Only CPU tensors are supported.")
     dtype = torch.get_default_dtype() if dtype is None else dtype
+    if any(size < 0 for size in shape):
+        raise RuntimeError(f"Trying to create a MemoryMappedTensor with negative dimension in {list(shape)}.")
     if filename is None:
         return _anonymous(dtype, shape)
     path = os.fspath(filename)
     written = allocate_file(path, _nbytes(dtype, shape), existsok=existsok)
     return map_file(path, dtype, shape, written=written)
+
+
+def _shape_argument(method: str, size: tuple, shape: Any) -> torch.Size:
+    """The shape of ``empty`` / ``zeros`` / ``ones`` / ``full``: ints, one sequence, or ``shape=``."""
+    if size and shape is not None:
+        raise TypeError(f"MemoryMappedTensor.{method}() got the shape both as arguments and as shape=.")
+    if not size:
+        if shape is None:
+            raise TypeError("Could not find the shape argument in the arguments.")
+        size = (shape,)
+    if len(size) == 1 and isinstance(size[0], torch.Tensor) and not isinstance(size[0], torch.Size):
+        if size[0].dim() > 1:
+            raise TypeError(f"MemoryMappedTensor.{method}(): nested shapes (a 2-d tensor of shapes) are not "
+                            "supported; torchdict stores strided tensors only.")
+        size = (tuple(size[0].tolist()),)
+    return _as_shape(size)
+
+
+def _storage_view(storage: Any, dtype: torch.dtype | None) -> torch.Tensor:
+    """A 1-d tensor over all of ``storage``'s bytes, read as ``dtype``."""
+    if isinstance(storage, torch.TypedStorage):
+        if dtype is None and storage.dtype != torch.get_default_dtype():
+            raise RuntimeError(
+                f"Expected a Storage of type {str(torch.get_default_dtype()).split('.')[-1].capitalize()} "
+                f"or an UntypedStorage, but got {str(storage.dtype).split('.')[-1].capitalize()}"
+            )
+        dtype = storage.dtype if dtype is None else dtype
+        storage = storage.untyped()
+    elif not isinstance(storage, torch.UntypedStorage):
+        raise TypeError(f"MemoryMappedTensor.from_storage expects a torch storage, got {type(storage).__name__}.")
+    dtype = torch.int64 if dtype is None else dtype
+    if storage.device.type != "cpu":
+        raise RuntimeError("Only CPU tensors are supported.")
+    count = storage.nbytes() // dtype.itemsize
+    return torch.empty(0, dtype=dtype).set_(storage, 0, (count,), (1,))
+
+
+def _identity_or_none(path: str) -> tuple | None:
+    try:
+        return _identity(os.stat(path))
+    except OSError:
+        return None
 
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT
@@ -590,6 +738,33 @@ def write_tensor_file(path: str, tensor: torch.Tensor, *, existsok: bool = True)
         os.close(fd)
 
 
+def tensor_byte_chunks(tensor: torch.Tensor, chunk_bytes: int = 16 << 20) -> Iterator[memoryview]:
+    """``tensor``'s elements (C order, native little-endian) as byte views of at most about ``chunk_bytes``.
+
+    What :func:`write_tensor_file` writes, for writers that stream (an archive entry): a contiguous CPU
+    tensor is viewed in place; anything else is made contiguous a few rows at a time.
+    """
+    tensor = tensor.detach()
+    if tensor.is_conj():
+        tensor = tensor.resolve_conj()
+    if tensor.is_neg():
+        tensor = tensor.resolve_neg()
+    nbytes = tensor.numel() * tensor.element_size()
+    if nbytes == 0:
+        return
+    if tensor.device.type == "cpu" and tensor.is_contiguous():
+        pieces: Iterator[torch.Tensor] = iter((tensor,))
+    elif tensor.dim() == 0 or nbytes <= chunk_bytes:
+        pieces = iter((tensor.to("cpu").contiguous(),))
+    else:
+        rows = max(chunk_bytes // max(nbytes // tensor.shape[0], 1), 1)
+        pieces = (tensor[start:start + rows].to("cpu").contiguous() for start in range(0, tensor.shape[0], rows))
+    for piece in pieces:
+        view = _byte_view(piece)
+        for start in range(0, len(view), chunk_bytes):
+            yield view[start:start + chunk_bytes]
+
+
 def write_bytes_file(path: str, data: bytes) -> None:
     """Write ``data`` as the whole content of ``path`` (a pickled value), as write_tensor_file writes."""
     fd = _open_for_write(path, True)
@@ -628,7 +803,7 @@ def map_file(path: str, dtype: torch.dtype, shape: torch.Size, *, mode: str = "r
                 f"{list(shape)} needs {needed} bytes: the file is truncated (was its save interrupted?)."
             )
     writable = mode == "r+"
-    mapped_file = _MappedFile(path if shown_path is None else shown_path, writable, written)
+    mapped_file = _MappedFile(path if shown_path is None else shown_path, writable, written, shape)
     if needed == 0:
         return _adopt(torch.empty(shape, dtype=dtype), mapped_file)
     root = _adopt(torch.from_file(path, shared=writable, size=needed // dtype.itemsize, dtype=dtype), mapped_file)

@@ -25,7 +25,10 @@ The other concerns live in their own modules:
 - :mod:`torchdict._filenames`: key -> file name (:func:`key_to_filename`, re-exported here);
 - :mod:`torchdict._meta_json`: writing, reading and validating ``meta.json``;
 - :mod:`torchdict._saved_classes`: the class registry (:func:`register_saved_class`, re-exported);
-- :mod:`torchdict._loading`: ``load_memmap`` (:func:`load_memmap`, re-exported);
+- :mod:`torchdict._loading`: ``load_memmap``;
+- :mod:`torchdict.formats.archive`: ``.tdz`` archives (``memmap(archive=True)``, ``pack_memmap``, ...);
+- :mod:`torchdict._atomic_save`: ``atomic=True``;
+- :mod:`torchdict._memmap_members`: ``load_memmap_``, ``memmap_refresh_``, ``make_memmap*``;
 - :mod:`torchdict._upstream_format`: folders written by upstream tensordict 0.15.x;
 - :mod:`torchdict._folder_swap`: the crash-safe replacement of an existing save;
 - :mod:`torchdict._nofollow`: opening files inside a saved folder without following symlinks;
@@ -42,7 +45,7 @@ import torch
 from ._base import TensorCollection, tensordict_class
 from ._filenames import key_to_filename
 from ._folder_swap import FolderSwap, begin_swap, holds_only_a_save, recover
-from ._loading import load_memmap
+from ._loading import load_memmap as _load_memmap
 from ._meta_json import META_FILE, folder_meta, meta_unchanged, remove_meta, tensor_entry, write_meta_atomic
 from ._nofollow import link_refused
 from ._saved_classes import register_saved_class, saved_class_name
@@ -60,8 +63,11 @@ from .nontensor import NonTensorData, NonTensorStack
 __all__ = [
     "PersistenceMixin",
     "key_to_filename",
+    "load",
     "load_memmap",
+    "memmap",
     "register_saved_class",
+    "save",
 ]
 
 _CPU = torch.device("cpu")
@@ -459,13 +465,43 @@ def _assemble(node: _Node, mapped: dict, inplace: bool) -> Any:
 
 def save_collection(source: Any, prefix: Any = None, *, copy_existing: bool = False, num_threads: int = 0,
                     return_early: bool = False, existsok: bool = True, allow_pickle: bool = False,
-                    like: bool = False, inplace: bool = False) -> Any:
+                    like: bool = False, inplace: bool = False, share_non_tensor: bool = False,
+                    robust_key: bool | None = True, archive: bool | None = None,
+                    compression: str | int | None = None, atomic: bool = False) -> Any:
     """Memory-map a TensorDict or tensorclass instance (the engine behind ``memmap*``).
 
     Everything that can be refused (bad keys, non-JSON values, existing files, symlinks)
     is refused before the first byte is written. Over an existing save, the new one is
-    written beside it and swapped in (see :mod:`torchdict._folder_swap`).
+    written beside it and swapped in (see :mod:`torchdict._folder_swap`). ``archive`` (or a
+    ``prefix`` ending in ``.tdz``) writes one zip file instead (:mod:`torchdict.formats.archive`);
+    ``atomic=True`` writes a new folder beside ``prefix`` and renames it into place
+    (:mod:`torchdict._atomic_save`).
     """
+    check_save_keywords(robust_key, share_non_tensor)
+    if archive is None:
+        archive = not inplace and prefix is not None and is_archive_path(prefix)
+    if archive:
+        if inplace:
+            raise ValueError("memmap_ cannot write an archive: use memmap(...) or save(...) with a '.tdz' path.")
+        from .formats.archive import save_archive
+
+        def write() -> Any:
+            return save_archive(source, prefix, like=like, copy_existing=copy_existing, num_threads=num_threads,
+                                compression=compression, existsok=existsok, allow_pickle=allow_pickle)
+
+        return _in_background(write) if return_early else write()
+    if compression is not None:
+        raise ValueError("compression is only supported when writing a memmap archive (pass archive=True or use a "
+                         "'.tdz' prefix).")
+    if atomic:
+        from ._atomic_save import save_atomically
+
+        def write_atomically() -> Any:
+            return save_atomically(source, prefix, existsok, lambda folder: save_collection(
+                source, folder, copy_existing=copy_existing, num_threads=num_threads, existsok=True,
+                allow_pickle=allow_pickle, like=like, inplace=inplace))
+
+        return _in_background(write_atomically) if return_early else write_atomically()
     path = None if prefix is None else os.path.abspath(os.fspath(prefix))
     if path is not None and not os.path.exists(path):
         recover(os.path.realpath(path))  # a swap killed between its two renames: finish it first
@@ -481,31 +517,74 @@ def save_collection(source: Any, prefix: Any = None, *, copy_existing: bool = Fa
                 register_saved_class(type(node.source))
     if not return_early:
         return _execute(root, options, num_threads, inplace, replaced)
+    return _in_background(lambda: _execute(root, options, num_threads, inplace, replaced))
+
+
+def _in_background(work: Any) -> Any:
+    """A ``concurrent.futures.Future`` of ``work()``, run in a thread of its own."""
     from concurrent.futures import ThreadPoolExecutor
 
     executor = ThreadPoolExecutor(max_workers=1)
-    future = executor.submit(_execute, root, options, num_threads, inplace, replaced)
+    future = executor.submit(work)
     executor.shutdown(wait=False)
     return future
 
 
+def is_archive_path(prefix: Any) -> bool:
+    """True when ``prefix`` names a ``.tdz`` file: where ``memmap`` writes an archive by default.
+
+    >>> is_archive_path("ckpt/model.tdz"), is_archive_path("ckpt/model")
+    (True, False)
+    """
+    import pathlib
+
+    return pathlib.PurePath(os.fspath(prefix)).suffix == ".tdz"
+
+
+def check_save_keywords(robust_key: Any, share_non_tensor: Any) -> None:
+    """Refuse the values of upstream's keywords that torchdict can't honour (before anything is written).
+
+    ``robust_key``: keys are always escaped into file names (the legacy raw names could escape the
+    folder), so ``False`` writes the same names as ``True``; only its type is checked.
+    ``share_non_tensor=True`` would need non-tensor values shared between processes through a
+    ``multiprocessing`` manager, which torchdict's non-tensor leaves do not provide.
+    """
+    if robust_key is not None and not isinstance(robust_key, bool):
+        raise TypeError(f"robust_key must be a bool or None, got {type(robust_key).__name__}.")
+    if share_non_tensor:
+        raise NotImplementedError(
+            "share_non_tensor=True is not supported by torchdict: non-tensor values of a memory-mapped "
+            "TensorDict are saved in its meta.json and are not shared live between processes. Call "
+            "memmap_refresh_() in the other process to read values written since."
+        )
+
+
 # ---------------------------------------------------------------------- TensorDict methods
 class PersistenceMixin:
-    """memmap / memmap_ / memmap_like / load_memmap / save / load on TensorDict."""
+    """memmap / memmap_ / memmap_like / save / load_memmap / load and the members around them, on TensorDict."""
 
     __slots__ = ()
 
     def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
-               return_early: bool = False, existsok: bool = True, allow_pickle: bool = False) -> Any:
+               return_early: bool = False, share_non_tensor: bool = False, existsok: bool = True,
+               robust_key: bool | None = True, archive: bool | None = None,
+               compression: str | int | None = None, atomic: bool = False, allow_pickle: bool = False) -> Any:
         """A new, locked, memory-mapped copy on the CPU, written to folder ``prefix``.
 
         Every tensor leaf becomes a :class:`MemoryMappedTensor` backed by
-        ``prefix/<key>.memmap`` (anonymous shared memory when ``prefix`` is None); nested
-        TensorDicts become sub-folders; non-tensor values go to ``meta.json`` as JSON
-        (anything else needs ``allow_pickle=True``). The source is unchanged.
-        ``num_threads`` writes files from a thread pool; ``return_early=True`` returns a
-        ``concurrent.futures.Future`` at once. ``existsok=False`` refuses to overwrite files.
-        A leaf already mapped from another file is copied only with ``copy_existing=True``.
+        ``prefix/<key>.memmap`` (anonymous shared memory when ``prefix`` is None and this
+        TensorDict was not loaded from or saved to a folder); nested TensorDicts become
+        sub-folders; non-tensor values go to ``meta.json`` as JSON (anything else needs
+        ``allow_pickle=True``). The source is unchanged. ``num_threads`` writes files from a
+        thread pool; ``return_early=True`` returns a ``concurrent.futures.Future`` at once.
+        ``existsok=False`` refuses to overwrite files. A leaf already mapped from another file
+        is copied only with ``copy_existing=True``.
+
+        ``archive=True`` (the default for a ``prefix`` ending in ``.tdz``) writes one zip file
+        instead and returns it loaded, unlocked (``compression`` compresses its tensor entries).
+        ``atomic=True`` writes a new folder beside ``prefix`` and renames it into place.
+        ``robust_key`` is accepted (keys are always escaped) and ``share_non_tensor=True`` is not
+        supported.
 
         >>> import tempfile, torch
         >>> from torchdict import TensorDict
@@ -514,12 +593,18 @@ class PersistenceMixin:
         >>> type(saved["b", "c"]).__name__, saved.is_locked, saved.is_memmap()
         ('MemoryMappedTensor', True, True)
         """
+        if prefix is None and not archive:
+            prefix = getattr(self, "_saved_path", None)
         return save_collection(self, prefix, copy_existing=copy_existing, num_threads=num_threads,
-                               return_early=return_early, existsok=existsok, allow_pickle=allow_pickle)
+                               return_early=return_early, existsok=existsok, allow_pickle=allow_pickle,
+                               share_non_tensor=share_non_tensor, robust_key=robust_key, archive=archive,
+                               compression=compression, atomic=atomic)
 
     def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
-             return_early: bool = False, existsok: bool = True, allow_pickle: bool = False) -> Any:
-        """Alias of :meth:`memmap`.
+             return_early: bool = False, share_non_tensor: bool = False, robust_key: bool | None = True,
+             archive: bool | None = None, compression: str | int | None = None, atomic: bool = False,
+             existsok: bool = True, allow_pickle: bool = False) -> Any:
+        """Alias of :meth:`memmap` (a ``.tdz`` path writes an archive).
 
         >>> import tempfile
         >>> from torchdict import TensorDict
@@ -527,16 +612,19 @@ class PersistenceMixin:
         1
         """
         return self.memmap(prefix, copy_existing, num_threads=num_threads, return_early=return_early,
-                           existsok=existsok, allow_pickle=allow_pickle)
+                           share_non_tensor=share_non_tensor, existsok=existsok, robust_key=robust_key,
+                           archive=archive, compression=compression, atomic=atomic, allow_pickle=allow_pickle)
 
     dumps = save
 
     def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
-                return_early: bool = False, existsok: bool = True, allow_pickle: bool = False) -> Any:
+                return_early: bool = False, share_non_tensor: bool = False, existsok: bool = True,
+                robust_key: bool | None = True, atomic: bool = False, allow_pickle: bool = False) -> Any:
         """Memory-map in place: the leaves are replaced by MemoryMappedTensors; returns self (locked).
 
         The leaves are only swapped once every file is written, so a failed save leaves
-        the TensorDict as it was.
+        the TensorDict as it was. ``prefix=None`` writes to the folder this TensorDict was
+        loaded from or saved to, if any.
 
         >>> import tempfile, torch
         >>> from torchdict import TensorDict
@@ -544,17 +632,23 @@ class PersistenceMixin:
         >>> td.memmap_(tempfile.mkdtemp()) is td, type(td["a"]).__name__
         (True, 'MemoryMappedTensor')
         """
+        if prefix is None:
+            prefix = getattr(self, "_saved_path", None)
         return save_collection(self, prefix, copy_existing=copy_existing, num_threads=num_threads,
                                return_early=return_early, existsok=existsok, allow_pickle=allow_pickle,
-                               inplace=True)
+                               inplace=True, share_non_tensor=share_non_tensor, robust_key=robust_key,
+                               archive=False, atomic=atomic)
 
     def memmap_like(self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True,
-                    num_threads: int = 0, return_early: bool = False, allow_pickle: bool = False) -> Any:
+                    num_threads: int = 0, return_early: bool = False, share_non_tensor: bool = False,
+                    robust_key: bool | None = True, archive: bool | None = None, allow_pickle: bool = False) -> Any:
         """Same keys, dtypes and shapes, as zero-filled memory-mapped files; no data is copied.
 
         Files are allocated at full size *sparsely* (``ftruncate``): allocating a 50 GB
         dataset takes microseconds and no disk blocks until written. Expanded leaves become
         full-size contiguous files. Files that already exist keep their bytes (resized).
+        With ``archive=True`` (or a ``.tdz`` path) a zero-filled archive is written and
+        returned loaded writable (``mode="r+"``), unlocked.
 
         >>> import tempfile, torch
         >>> from torchdict import TensorDict
@@ -566,17 +660,24 @@ class PersistenceMixin:
         """
         return save_collection(self, prefix, copy_existing=copy_existing, num_threads=num_threads,
                                return_early=return_early, existsok=existsok, allow_pickle=allow_pickle,
-                               like=True)
+                               like=True, share_non_tensor=share_non_tensor, robust_key=robust_key,
+                               archive=archive)
 
     @classmethod
-    def load_memmap(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, num_threads: int = 0,
-                    allow_pickle: bool = False, mode: str = "r+") -> Any:
-        """Load a saved folder lazily: files are mapped, nothing is read until used.
+    def load_memmap(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None,
+                    robust_key: bool | None = True, subpath: Any = None, mode: str | None = None,
+                    num_threads: int = 0, allow_pickle: bool | None = None) -> Any:
+        """Load a saved folder or ``.tdz`` archive lazily: files are mapped, nothing is read until used.
 
-        A sub-folder (``prefix/"0"``) loads on its own as that nested TensorDict. The result is
-        unlocked, with MemoryMappedTensor leaves. ``mode="r"`` maps copy-on-write (writes stay
-        in memory). Pickled values load only with ``allow_pickle=True``. ``device`` moves the
-        result there. Folders written by upstream tensordict 0.15.x load too.
+        A sub-folder (``prefix/"0"``, or ``subpath="0"`` / ``subpath=("a", "b")``) loads on its own
+        as that nested TensorDict. The result is unlocked, with MemoryMappedTensor leaves (plain
+        tensor views of one mapping for an archive). ``mode="r"`` maps copy-on-write (writes stay
+        in memory), ``"r+"`` writes through to the files, and ``None`` (the default) maps each file
+        of a folder ``"r+"`` when it is writable and an archive ``"r"``. Pickled values load only
+        with ``allow_pickle=True``. ``device`` moves the result there (``"meta"`` reads nothing).
+        ``out`` loads into an existing TensorDict: its nested TensorDicts are kept, its leaves
+        replaced, keys that were not saved removed. An archive's checksums are verified before it
+        is returned. Folders and archives written by upstream tensordict 0.15.x load too.
 
         >>> import tempfile, torch
         >>> from torchdict import TensorDict
@@ -585,12 +686,13 @@ class PersistenceMixin:
         >>> TensorDict.load_memmap(folder + "/0")["w"].tolist()
         [1.0, 1.0]
         """
-        return load_memmap(prefix, device, non_blocking, num_threads=num_threads, allow_pickle=allow_pickle,
-                           mode=mode, cls=cls)
+        return _load_memmap(prefix, device, non_blocking, out=out, robust_key=robust_key, subpath=subpath,
+                            mode=mode, num_threads=num_threads, allow_pickle=allow_pickle, cls=_loaded_class(cls))
 
     @classmethod
-    def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, num_threads: int = 0,
-             allow_pickle: bool = False, mode: str = "r+") -> Any:
+    def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None,
+             robust_key: bool | None = True, subpath: Any = None, mode: str | None = None, num_threads: int = 0,
+             allow_pickle: bool | None = None) -> Any:
         """Alias of :meth:`load_memmap`.
 
         >>> import tempfile
@@ -600,8 +702,118 @@ class PersistenceMixin:
         >>> TensorDict.load(folder)["a"].item()
         2
         """
-        return load_memmap(prefix, device, non_blocking, num_threads=num_threads, allow_pickle=allow_pickle,
-                           mode=mode, cls=cls)
+        return cls.load_memmap(prefix, device, non_blocking, out=out, robust_key=robust_key, subpath=subpath,
+                               mode=mode, num_threads=num_threads, allow_pickle=allow_pickle)
+
+    def load_memmap_(self, prefix: Any, robust_key: bool | None = True, *, allow_pickle: bool | None = None,
+                     mode: str | None = None) -> Any:
+        """Load a save into this TensorDict (``load_memmap(..., out=self)``) and return it.
+
+        Nested TensorDicts are kept, leaves replaced by the loaded ones, keys that were not saved
+        removed; everything is checked before anything changes. A memory-mapped TensorDict is
+        unlocked for the load and memory-mapped again into the loaded folder (an archive, or
+        ``mode="r"``, leaves it unlocked).
+
+        >>> import tempfile, torch
+        >>> from torchdict import TensorDict
+        >>> folder = tempfile.mkdtemp()
+        >>> _ = TensorDict(a=torch.ones(3)).save(folder)
+        >>> td = TensorDict(a=torch.zeros(3), b=torch.zeros(3))
+        >>> td.load_memmap_(folder) is td, list(td.keys()), td["a"].tolist()
+        (True, ['a'], [1.0, 1.0, 1.0])
+        """
+        from ._memmap_members import load_into
+
+        return load_into(self, prefix, robust_key=robust_key, allow_pickle=allow_pickle, mode=mode)
+
+    def load_(self, prefix: Any, *args: Any, **kwargs: Any) -> Any:
+        """Deprecated (upstream 0.15): :meth:`load_memmap_` with the same arguments."""
+        import warnings
+
+        warnings.warn("TensorDictBase.load_() is deprecated and will be removed in TensorDict 0.17. Use "
+                      "load_memmap_() instead.", DeprecationWarning, stacklevel=2)
+        return self.load_memmap_(prefix, *args, **kwargs)
+
+    def memmap_refresh_(self, *, allow_pickle: bool | None = None) -> Any:
+        """Reload this memory-mapped TensorDict from its :attr:`saved_path` (entries another process added,
+        removed or rewrote) and return it.
+
+        >>> import tempfile, torch
+        >>> from torchdict import TensorDict
+        >>> folder = tempfile.mkdtemp()
+        >>> td = TensorDict(a=torch.zeros(3)).memmap(folder)
+        >>> _ = TensorDict(a=torch.ones(3), b=torch.ones(3)).memmap(folder)
+        >>> sorted(td.memmap_refresh_().keys()), td["a"].tolist()
+        (['a', 'b'], [1.0, 1.0, 1.0])
+        """
+        if not self._is_memmap or self._saved_path is None:
+            raise RuntimeError("Cannot refresh a TensorDict that is not memory mapped or has no path associated.")
+        return self.load_memmap_(self._saved_path, allow_pickle=allow_pickle)
+
+    def make_memmap(self, key: Any, shape: Any, *, dtype: torch.dtype | None = None,
+                    robust_key: bool | None = True) -> MemoryMappedTensor:
+        """Add an uninitialised (zero-filled) MemoryMappedTensor of ``shape`` at ``key`` and return it.
+
+        This TensorDict must be memory-mapped; the new file goes to its folder and its ``meta.json``
+        records it, although the TensorDict is locked. A nested key creates the missing nested
+        TensorDicts. An existing key, or a shape that does not start with the batch size, is refused
+        before anything is written.
+
+        >>> import tempfile, torch
+        >>> from torchdict import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), batch_size=[3]).memmap(tempfile.mkdtemp())
+        >>> x = td.make_memmap(("nested", "b"), (3, 4))
+        >>> td["nested", "b"].shape, td["nested", "b"] is x
+        (torch.Size([3, 4]), True)
+        """
+        from ._memmap_members import make_memmap
+
+        return make_memmap(self, key, shape, dtype=dtype, robust_key=robust_key)
+
+    def make_memmap_from_storage(self, key: Any, storage: Any, shape: Any, *, dtype: torch.dtype | None = None,
+                                 robust_key: bool | None = True) -> MemoryMappedTensor:
+        """Add at ``key`` a MemoryMappedTensor that views ``storage`` (no copy) and return it.
+
+        A storage mapped from a file must be the new entry's file in this TensorDict's folder. A
+        storage without a file can't be recorded in the folder, so it is refused when the TensorDict
+        has one (upstream 0.15 warns and drops the entry on reload); use
+        :meth:`make_memmap_from_tensor` to copy the data instead.
+        """
+        from ._memmap_members import make_memmap_from_storage
+
+        return make_memmap_from_storage(self, key, storage, shape, dtype=dtype, robust_key=robust_key)
+
+    def make_memmap_from_tensor(self, key: Any, tensor: torch.Tensor, *, copy_data: bool = True,
+                                existsok: bool = True, robust_key: bool | None = True) -> MemoryMappedTensor:
+        """Add at ``key`` a memory-mapped copy of ``tensor`` (``copy_data=False``: same shape and dtype,
+        zero-filled) in this TensorDict's folder, and return it.
+
+        >>> import tempfile, torch
+        >>> from torchdict import TensorDict
+        >>> td = TensorDict(a=torch.zeros(3), batch_size=[3]).memmap(tempfile.mkdtemp())
+        >>> td.make_memmap_from_tensor("b", torch.ones(3, 2)).sum().item()
+        6.0
+        """
+        from ._memmap_members import make_memmap_from_tensor
+
+        return make_memmap_from_tensor(self, key, tensor, copy_data=copy_data, existsok=existsok,
+                                       robust_key=robust_key)
+
+    def pack(self, dim: int = -1, *, layout: Any = None) -> tuple:
+        """All the leaves in one tensor of features, and the :class:`~torchdict.PackLayout` that unpacks it.
+
+        Each leaf is flattened after the batch dims and the leaves are concatenated (sorted by key, or
+        in ``layout``'s order); ``dim`` places the feature dim in the result.
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> flat, layout = TensorDict(p=torch.zeros(5), v=torch.ones(5, 3), batch_size=[5]).pack()
+        >>> flat.shape, layout.keys
+        (torch.Size([5, 4]), ('p', 'v'))
+        """
+        from .formats.pack import pack
+
+        return pack(self, dim, layout=layout)
 
     def is_memmap(self) -> bool:
         """True for the results of ``memmap``/``memmap_``/``memmap_like`` while they stay locked.
@@ -629,3 +841,93 @@ class PersistenceMixin:
                 f"The tensordict has no saved path (memmap={self._is_memmap}, path={self._saved_path})"
             )
         return self._saved_path
+
+
+def _loaded_class(cls: type) -> type:
+    """The class ``load_memmap`` builds for ``cls.load_memmap``: ``cls`` when it is a TensorDict, else TensorDict."""
+    td_class = tensordict_class()
+    return cls if isinstance(cls, type) and issubclass(cls, td_class) else td_class
+
+
+# ---------------------------------------------------------------------- top-level functions (torchdict.save, ...)
+def memmap(data: Any, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
+           return_early: bool = False, share_non_tensor: bool = False, existsok: bool = True,
+           robust_key: bool | None = True, archive: bool | None = None, compression: str | int | None = None,
+           atomic: bool = False) -> Any:
+    """``data.memmap(...)``: a locked, memory-mapped copy of ``data`` written to ``prefix`` (a ``.tdz`` path
+    writes an archive). See :meth:`PersistenceMixin.memmap`.
+
+    >>> import torch, torchdict
+    >>> mapped = torchdict.memmap(torchdict.TensorDict(a=torch.zeros(3), batch_size=[3]))
+    >>> type(mapped["a"]).__name__, mapped.is_locked
+    ('MemoryMappedTensor', True)
+    """
+    if archive or (archive is None and prefix is not None and is_archive_path(prefix)):
+        return _save_any_archive(data, prefix, copy_existing, num_threads, return_early, share_non_tensor,
+                                 robust_key, compression)
+    return data.memmap(prefix, copy_existing, num_threads=num_threads, return_early=return_early,
+                       share_non_tensor=share_non_tensor, existsok=existsok, robust_key=robust_key, archive=False,
+                       compression=compression, atomic=atomic)
+
+
+def save(data: Any, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
+         return_early: bool = False, share_non_tensor: bool = False, robust_key: bool | None = True,
+         archive: bool | None = None, compression: str | int | None = None, atomic: bool = False) -> Any:
+    """Save ``data`` to ``prefix`` (a folder, or a ``.tdz`` archive) and return its memory-mapped copy:
+    :func:`memmap` with ``existsok=True``. Read it back with :func:`load`.
+
+    >>> import tempfile, torch, torchdict
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = torchdict.save(torchdict.TensorDict(a=torch.zeros(3), b={"c": torch.ones(3, 2)}, batch_size=[3]), folder)
+    >>> torchdict.load(folder)["b", "c"].shape
+    torch.Size([3, 2])
+    """
+    return memmap(data, prefix, copy_existing, num_threads=num_threads, return_early=return_early,
+                  share_non_tensor=share_non_tensor, existsok=True, robust_key=robust_key, archive=archive,
+                  compression=compression, atomic=atomic)
+
+
+def _save_any_archive(data: Any, prefix: Any, copy_existing: bool, num_threads: int, return_early: bool,
+                      share_non_tensor: bool, robust_key: Any, compression: Any) -> Any:
+    """An archive of any collection (a lazy stack or a lone non-tensor leaf too): their own ``memmap`` methods
+    write folders only."""
+    check_save_keywords(robust_key, share_non_tensor)
+    from .formats.archive import save_archive
+
+    def write() -> Any:
+        return save_archive(data, prefix, copy_existing=copy_existing, num_threads=num_threads,
+                            compression=compression, existsok=True)
+
+    return _in_background(write) if return_early else write()
+
+
+def load(prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None,
+         robust_key: bool | None = True, subpath: Any = None, mode: str | None = None, num_threads: int = 0,
+         allow_pickle: bool | None = None) -> Any:
+    """Load what :func:`save` wrote to ``prefix`` (a folder or a ``.tdz`` archive), of the class it was
+    saved from; the same as :func:`load_memmap`. See :meth:`PersistenceMixin.load_memmap`.
+
+    >>> import tempfile, torch, torchdict
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = torchdict.save(torchdict.TensorDict(a=torch.arange(3), batch_size=[3]), folder)
+    >>> torchdict.load(folder)["a"].tolist()
+    [0, 1, 2]
+    """
+    return load_memmap(prefix, device, non_blocking, out=out, robust_key=robust_key, subpath=subpath, mode=mode,
+                       num_threads=num_threads, allow_pickle=allow_pickle)
+
+
+def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None,
+                         robust_key: bool | None = True, subpath: Any = None, mode: str | None = None,
+                         num_threads: int = 0, allow_pickle: bool | None = None) -> Any:
+    """``torchdict.load_memmap``: load a folder or archive written by :func:`memmap` / :func:`save`.
+
+    >>> import tempfile, torch, torchdict
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = torchdict.memmap(torchdict.TensorDict(a=torch.zeros(3), batch_size=[3]), folder)
+    >>> type(torchdict.load_memmap(folder)["a"]).__name__
+    'MemoryMappedTensor'
+    """
+    return _load_memmap(prefix, device, non_blocking, out=out, robust_key=robust_key, subpath=subpath, mode=mode,
+                        num_threads=num_threads, allow_pickle=allow_pickle)
+

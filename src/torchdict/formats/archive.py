@@ -1,0 +1,851 @@
+"""``.tdz`` archives: a saved TensorDict folder as one zip file, mapped once and read without copies.
+
+An archive is a plain zip file whose entries are the files of a saved folder, at the same relative
+paths (``meta.json`` per level, ``<key>.memmap`` per tensor). ``unzip`` gives back the folder, and
+``zip -0 -r`` of a folder gives a loadable archive. Upstream tensordict 0.15 writes the same kind of file:
+its archives load here, and ``td.save("x.tdz")`` writes its folder layout whenever that layout can hold the
+data (see :mod:`._upstream_layout`), so that tensordict opens torchdict's archives too.
+
+Tensor entries are stored uncompressed by default, with their payload aligned to 64 bytes (a padding
+block in the local header's extra field), so loading maps the whole file once and every leaf is a view
+into that mapping. A compressed entry is decompressed in memory instead.
+
+Safety, beyond what the folder loader checks:
+
+- **Checksums are verified on load.** Every entry a load reads is checked against the CRC-32 the zip
+  stores for it (meta.json and pickles as they are read, tensor payloads before ``load_memmap``
+  returns), so an archive altered after it was written is refused with ``zipfile.BadZipFile``. A
+  verified archive is remembered by its (device, inode, size, mtime) for the rest of the process.
+- **Writes in place unseal an archive.** ``load_memmap(archive, mode="r+")`` and ``memmap_like`` to an
+  archive write into the file without updating the checksums. They first mark the archive *unsealed*
+  (the zip comment says so); an unsealed archive loads without checking its tensor payloads.
+  :func:`refresh_archive_checksums` recomputes the checksums and seals it again.
+- **Writes are atomic.** An archive is written to a hidden temporary file beside the target, which
+  then replaces it with one ``os.replace``: a failed or killed write leaves the old file, or nothing.
+- **Unpacking never writes outside the target** (names with ``..``, absolute names and the like are
+  refused before anything is written) and never follows a symlink inside it.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import struct
+import threading
+import zlib
+import zipfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import torch
+
+__all__ = [
+    "ARCHIVE_SUFFIX",
+    "is_memmap_archive",
+    "open_archive_tree",
+    "pack_memmap",
+    "refresh_archive_checksums",
+    "save_archive",
+    "unpack_memmap",
+]
+
+ARCHIVE_SUFFIX = ".tdz"
+_META = "meta.json"
+# Payload alignment of stored tensor entries: a multiple of every dtype's size (and torch.save's).
+_ALIGNMENT = 64
+# Header id of the padding block in the local extra field (the id zipalign-style tools use for padding).
+_PADDING_ID = 0xD935
+_LOCAL_HEADER = struct.Struct("<4s5H3I2H")  # signature ... file name length, extra field length
+_LOCAL_SIGNATURE = b"PK\x03\x04"
+_CENTRAL_SIGNATURE = b"PK\x01\x02"
+# zipfile adds a zip64 block of this size to the local header of an entry opened with force_zip64.
+_ZIP64_LOCAL_EXTRA = 20
+# Entries carry a fixed date, so that saving the same data twice gives the same bytes.
+_ENTRY_DATE = (1980, 1, 1, 0, 0, 0)
+_CHUNK = 16 << 20
+# The zip comment of an archive written in place since its checksums were last computed.
+UNSEALED_COMMENT = b"torchdict: written in place, CRC-32 checksums not updated"
+_COMPRESSIONS = {
+    None: zipfile.ZIP_STORED,
+    "stored": zipfile.ZIP_STORED,
+    "deflate": zipfile.ZIP_DEFLATED,
+    "deflated": zipfile.ZIP_DEFLATED,
+    "bzip2": zipfile.ZIP_BZIP2,
+    "lzma": zipfile.ZIP_LZMA,
+}
+_SKIPPED_SUFFIXES = (".torchdict-new", ".torchdict-spare", ".torchdict-old")
+
+
+# ---------------------------------------------------------------------- small helpers
+def is_memmap_archive(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a file holding a saved TensorDict archive (a zip with a top-level ``meta.json``).
+
+    A folder, a missing path or any other file gives ``False``.
+
+    >>> import tempfile, os
+    >>> from torchdict import TensorDict
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = TensorDict(a=torch.zeros(3)).save(os.path.join(folder, "td.tdz"))
+    >>> is_memmap_archive(os.path.join(folder, "td.tdz")), is_memmap_archive(folder)
+    (True, False)
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        return False
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(info.filename == _META for info in archive.infolist())
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return False
+
+
+def _compression(compression: Any) -> int:
+    if isinstance(compression, bool):
+        raise ValueError(f"Unknown compression {compression!r}.")
+    if isinstance(compression, int):
+        if compression not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_BZIP2, zipfile.ZIP_LZMA):
+            raise ValueError(f"Unknown compression {compression!r}: not a zipfile compression constant.")
+        return compression
+    key = compression.lower() if isinstance(compression, str) else compression
+    try:
+        return _COMPRESSIONS[key]
+    except (KeyError, TypeError):
+        names = sorted(name for name in _COMPRESSIONS if isinstance(name, str))
+        raise ValueError(f"Unknown compression {compression!r}. Expected one of {names} or a zipfile "
+                         "compression constant.") from None
+
+
+def _set_level(info: zipfile.ZipInfo, level: int | None) -> None:
+    if level is None:
+        return
+    try:
+        info.compress_level = level  # Python 3.13+
+    except AttributeError:
+        info._compresslevel = level  # earlier versions: the attribute ZipFile.open(info, "w") reads
+
+
+def _padding(header_offset: int, name: str) -> bytes:
+    """The extra field that puts the payload of an entry whose local header starts at ``header_offset`` on
+    an ``_ALIGNMENT`` boundary (zipfile writes it, then its own zip64 block, before the payload)."""
+    start = header_offset + _LOCAL_HEADER.size + len(name.encode("utf-8")) + 4 + _ZIP64_LOCAL_EXTRA
+    pad = -start % _ALIGNMENT
+    return struct.pack("<HH", _PADDING_ID, pad) + bytes(pad)
+
+
+def _file_chunks(path: str) -> Iterator[bytes]:
+    from .._nofollow import open_in_folder
+
+    fd = open_in_folder(path, os.O_RDONLY, writing=False)
+    try:
+        while True:
+            chunk = os.read(fd, _CHUNK)
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        os.close(fd)
+
+
+def _resolved_target(path: Any) -> str:
+    """The file an archive write replaces: a symlink at ``path`` is followed, as for a saved folder."""
+    return os.path.realpath(os.path.abspath(os.fspath(path)))
+
+
+# ---------------------------------------------------------------------- writing
+class _Entry:
+    """One file of the archive to write: its name, size, and where its bytes come from."""
+
+    __slots__ = ("name", "size", "chunks", "payload")
+
+    def __init__(self, name: str, size: int, chunks: Callable[[], Iterable[Any]], payload: bool) -> None:
+        self.name = name
+        self.size = size
+        self.chunks = chunks
+        self.payload = payload  # a tensor's bytes: aligned, and compressed if asked
+
+
+def _write_archive(entries: Iterable[_Entry], target: str, compression: Any, compresslevel: int | None) -> None:
+    """Write ``entries`` as a zip at ``target``: a temporary file beside it, renamed over it once complete."""
+    compress_type = _compression(compression)
+    temporary, handle = _new_file_beside(target)
+    try:
+        with os.fdopen(handle, "w+b") as raw:
+            with zipfile.ZipFile(raw, "w", allowZip64=True) as archive:
+                for entry in entries:
+                    _write_entry(archive, raw, entry, compress_type, compresslevel)
+        try:
+            os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))  # replacing a file keeps its permissions
+        except FileNotFoundError:
+            pass
+        os.replace(temporary, target)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise
+    forget_verified(target)
+
+
+def _new_file_beside(target: str) -> tuple:
+    """(path, fd) of a new hidden file next to ``target``, created with the umask's permissions."""
+    import secrets
+
+    folder, name = os.path.split(target)
+    for _ in range(100):
+        path = os.path.join(folder, f".{name[:100]}.{secrets.token_hex(6)}.partial")
+        try:
+            return path, os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"Could not create a temporary file beside {target}.")
+
+
+def _write_entry(archive: zipfile.ZipFile, raw: Any, entry: _Entry, compress_type: int,
+                 compresslevel: int | None) -> None:
+    info = zipfile.ZipInfo(entry.name, date_time=_ENTRY_DATE)
+    info.file_size = entry.size
+    info.external_attr = 0o644 << 16
+    info.compress_type = compress_type if entry.payload else zipfile.ZIP_STORED
+    if info.compress_type != zipfile.ZIP_STORED:
+        _set_level(info, compresslevel)
+    elif entry.payload:
+        info.extra = _padding(raw.tell(), entry.name)
+    written = 0
+    with archive.open(info, "w", force_zip64=True) as sink:
+        for chunk in entry.chunks():
+            sink.write(chunk)
+            written += len(chunk)
+    if written != entry.size:
+        raise RuntimeError(f"The archive entry {entry.name!r} changed size while it was written "
+                           f"({written} bytes instead of {entry.size}).")
+
+
+def _folder_entries(folder: str, at: str = "", sources: dict | None = None) -> Iterator[_Entry]:
+    """The files of a saved folder, in archive order: ``meta.json`` first at every level, then the other
+    files, then the sub-folders, each sorted by name. A symlink or special file is refused.
+
+    ``sources`` maps the real path of a (sparse, staged) ``.memmap`` file to the tensor whose bytes the
+    entry holds instead of the file's.
+    """
+    from .._nofollow import link_refused
+
+    files: list = []
+    folders: list = []
+    with os.scandir(folder) as listing:
+        for item in listing:
+            if item.is_symlink():
+                raise link_refused(item.path, writing=False)
+            if item.is_dir(follow_symlinks=False):
+                if not item.name.endswith(_SKIPPED_SUFFIXES):  # a nested save's swap siblings
+                    folders.append(item.name)
+            elif item.is_file(follow_symlinks=False):
+                if not (item.name.startswith("%") and item.name.endswith(".tmp")):  # an unfinished meta.json
+                    files.append(item.name)
+            else:
+                raise RuntimeError(f"{item.path} is not a regular file, so it is not part of a saved TensorDict.")
+    files.sort(key=lambda name: (name != _META, name))
+    for name in files:
+        yield _file_entry(os.path.join(folder, name), at + name, sources)
+    for name in sorted(folders):
+        yield from _folder_entries(os.path.join(folder, name), f"{at}{name}/", sources)
+
+
+def _file_entry(path: str, name: str, sources: dict | None) -> _Entry:
+    """The entry ``name`` holding the file at ``path``, or the bytes of the tensor ``sources`` maps it to."""
+    source = None if sources is None else sources.get(os.path.realpath(path))
+    if source is not None:
+        size = source.numel() * source.element_size()
+        return _Entry(name, size, lambda: _tensor_chunks(source), True)
+    return _Entry(name, os.lstat(path).st_size, lambda: _file_chunks(path), name.endswith(".memmap"))
+
+
+def _tensor_chunks(tensor: torch.Tensor) -> Iterator[memoryview]:
+    from ..memmap import tensor_byte_chunks
+
+    return tensor_byte_chunks(tensor, _CHUNK)
+
+
+def pack_memmap(prefix: str | os.PathLike, archive_path: str | os.PathLike, *, compression: str | int | None = None,
+                compresslevel: int | None = None) -> Path:
+    """Pack the saved folder ``prefix`` into the single-file archive ``archive_path``; returns its path.
+
+    The archive holds the folder's files at the same relative paths (:func:`unpack_memmap` or ``unzip``
+    gives the folder back). Tensor files are stored uncompressed and aligned, so that ``load_memmap`` maps
+    the archive and reads nothing until used; ``compression`` (``"stored"``, ``"deflate"``, ``"bzip2"``,
+    ``"lzma"`` or a ``zipfile`` constant) makes a smaller file whose leaves are decompressed in memory on
+    load. ``compresslevel`` goes to :mod:`zipfile`. An existing archive is replaced atomically.
+
+    Raises ``ValueError`` when ``prefix`` has no ``meta.json`` or ``archive_path`` lies inside it.
+
+    >>> import tempfile, os
+    >>> from torchdict import TensorDict
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = TensorDict(a=torch.zeros(3), b={"c": torch.ones(3, 2)}).memmap(os.path.join(folder, "saved"))
+    >>> archive = pack_memmap(os.path.join(folder, "saved"), os.path.join(folder, "saved.tdz"))
+    >>> TensorDict.load_memmap(archive)["b", "c"].shape
+    torch.Size([3, 2])
+    """
+    folder = os.path.abspath(os.fspath(prefix))
+    if not os.path.isfile(os.path.join(folder, _META)):
+        raise ValueError(f"{prefix} does not look like a memory-mapped tensordict directory (no meta.json found).")
+    target = _resolved_target(archive_path)
+    real_folder = os.path.realpath(folder)
+    if target == real_folder or target.startswith(real_folder + os.sep):
+        raise ValueError(f"The archive path {archive_path} must be outside the source directory {prefix} and must "
+                         "not alias a source file.")
+    _compression(compression)  # a bad value fails before anything is written
+    _write_archive(_folder_entries(folder), target, compression, compresslevel)
+    return Path(archive_path)
+
+
+# ---------------------------------------------------------------------- saving a collection as an archive
+def _pair_leaves(source: Any, staged: Any, sources: dict) -> None:
+    """Map each staged (sparse) file to the tensor of ``source`` whose bytes it stands for."""
+    from ..nontensor import NonTensorData, NonTensorStack
+
+    if isinstance(staged, torch.Tensor):
+        sources[os.path.realpath(staged.filename)] = source
+        return
+    if isinstance(staged, (NonTensorData, NonTensorStack)):
+        return
+    members = getattr(staged, "tensordicts", None)
+    if members is not None:  # a lazy stack: one folder per member
+        for source_member, staged_member in zip(source.tensordicts, members):
+            _pair_leaves(source_member, staged_member, sources)
+        return
+    from .._loading import _as_td
+
+    source_td, staged_td = _as_td(source), _as_td(staged)
+    for key in staged_td.keys():
+        _pair_leaves(source_td._get_str(key, None), staged_td._get_str(key, None), sources)
+
+
+def save_archive(data: Any, prefix: Any, *, like: bool = False, copy_existing: bool = False, num_threads: int = 0,
+                 compression: str | int | None = None, existsok: bool = True, allow_pickle: bool = False,
+                 loader: Callable[..., Any] | None = None) -> Any:
+    """Write ``data`` (any saved collection) to the archive ``prefix``; returns it loaded from the archive.
+
+    The layout is staged first as a folder of sparse files beside the target (``memmap_like``: the
+    ``meta.json`` files, no data), then streamed into the zip with each tensor's bytes read straight from
+    ``data``: one pass over the data, no second copy in memory or on disk. The archive takes upstream
+    tensordict's layout whenever that layout can hold the save (:mod:`._upstream_layout`), torchdict's
+    otherwise. With ``like=True`` the archive
+    holds zeros and is loaded writable (``mode="r+"``, see :func:`refresh_archive_checksums`).
+    """
+    import shutil
+    import tempfile
+
+    if prefix is None:
+        raise ValueError("A path is required to write a memmap archive.")
+    target = _resolved_target(prefix)
+    if os.path.isdir(target):
+        raise ValueError(f"Cannot write an archive at {prefix}: it is an existing directory.")
+    if os.path.lexists(target) and not existsok:
+        raise RuntimeError(f"A file already exists at {prefix}, cannot save the tensordict there. Set "
+                           "existsok=True to overwrite.")
+    _compression(compression)
+    if like and compression not in (None, "stored", zipfile.ZIP_STORED):
+        raise ValueError("memmap_like writes a writable archive, whose entries cannot be compressed.")
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)[:100]}.stage-", dir=parent)  # private: 0o700
+    try:
+        staged = data.memmap_like(os.path.join(staging, "td"), allow_pickle=allow_pickle)
+        sources: dict = {}
+        if not like:
+            _pair_leaves(data, staged, sources)
+        del staged
+        from ._upstream_layout import upstream_entries
+
+        folder = os.path.join(staging, "td")
+        entries = upstream_entries(folder, sources)  # upstream tensordict opens it too, when it can say it all
+        _write_archive(_folder_entries(folder, "", sources) if entries is None else entries, target, compression,
+                       None)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    _remember_verified(target, None)  # just written from memory: nothing to check on the reload
+    if loader is None:
+        from .._loading import load_memmap as loader
+    return loader(target, mode="r+" if like else None, allow_pickle=True)
+
+
+# ---------------------------------------------------------------------- unpacking
+def _checked_names(infos: list, archive_path: str) -> dict:
+    """The layout of the archive's files ({name: None for a file, or a sub-layout}), refusing unsafe names."""
+    from .._filenames import is_safe_name
+
+    layout: dict = {}
+    seen = set()
+    for info in infos:
+        name = info.filename
+        if info.flag_bits & 0x1:
+            raise RuntimeError(f"Cannot unpack the encrypted entry {name!r} of {archive_path}.")
+        is_dir = name.endswith("/")
+        parts = name.rstrip("/").split("/")
+        if not all(is_safe_name(part) for part in parts):
+            raise ValueError(f"Refusing to unpack {archive_path}: the entry {name!r} would be written outside the "
+                             "target folder.")
+        if name in seen:
+            raise ValueError(f"Refusing to unpack {archive_path}: it holds the entry {name!r} twice.")
+        seen.add(name)
+        level = layout
+        for part in parts[:-1]:
+            level = level.setdefault(part, {})
+            if level is None:
+                raise ValueError(f"Refusing to unpack {archive_path}: {name!r} is inside a file.")
+        last = parts[-1]
+        if is_dir:
+            if level.setdefault(last, {}) is None:
+                raise ValueError(f"Refusing to unpack {archive_path}: {name!r} is both a file and a folder.")
+        elif last in level:
+            raise ValueError(f"Refusing to unpack {archive_path}: {name!r} is both a file and a folder.")
+        else:
+            level[last] = None
+    return layout
+
+
+def _extract(archive: zipfile.ZipFile, infos: list, folder: str, layout: dict) -> None:
+    from .._nofollow import check_folder
+    from ..memmap import _open_for_write
+
+    def make_folders(path: str, level: dict) -> None:
+        for name, sub in level.items():
+            if sub is not None:
+                child = os.path.join(path, name)
+                try:
+                    os.mkdir(child)
+                except FileExistsError:
+                    check_folder(child, writing=True)
+                make_folders(child, sub)
+
+    make_folders(folder, layout)
+    for info in infos:
+        if info.filename.endswith("/"):
+            continue
+        path = os.path.join(folder, *info.filename.split("/"))
+        fd = _open_for_write(path, True)
+        try:
+            with archive.open(info) as stream:  # zipfile checks the CRC-32 at the end of the entry
+                while True:
+                    try:
+                        chunk = stream.read(_CHUNK)
+                    except Exception as error:  # zipfile.BadZipFile, or the decompressor's own error
+                        raise zipfile.BadZipFile(f"The archive {archive.filename} is corrupted: the entry "
+                                                 f"{info.filename!r} can't be read back ({error}).") from error
+                    if not chunk:
+                        break
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(fd, view):]
+            os.ftruncate(fd, info.file_size)
+        finally:
+            os.close(fd)
+
+
+def unpack_memmap(archive_path: str | os.PathLike, prefix: str | os.PathLike) -> Path:
+    """Extract the archive ``archive_path`` into the folder ``prefix`` (the inverse of :func:`pack_memmap`).
+
+    The folder is written beside ``prefix`` and moved into place once complete, so ``prefix`` holds the
+    old content or the whole new one, never half of it. ``prefix`` may be missing, empty, or hold an earlier
+    save (which is replaced, as a save replaces one); a folder holding other files is refused. Every entry
+    name is checked first: none may reach outside ``prefix``. Each entry's CRC-32 is checked as it is read.
+
+    Raises ``ValueError`` when ``archive_path`` is not an archive (see :func:`is_memmap_archive`).
+
+    >>> import tempfile, os
+    >>> from torchdict import TensorDict
+    >>> folder = tempfile.mkdtemp()
+    >>> _ = TensorDict(a=torch.zeros(3)).save(os.path.join(folder, "td.tdz"))
+    >>> out = unpack_memmap(os.path.join(folder, "td.tdz"), os.path.join(folder, "td"))
+    >>> sorted(os.listdir(out))
+    ['a.memmap', 'meta.json']
+    """
+    import shutil
+
+    from .._atomic_save import make_fresh_folder
+    from .._folder_swap import begin_swap, holds_only_a_save
+
+    source = os.fspath(archive_path)
+    if not is_memmap_archive(source):
+        raise ValueError(f"{archive_path} is not a memory-mapped tensordict archive.")
+    shown = os.path.abspath(os.fspath(prefix))
+    target = os.path.realpath(shown)
+    with zipfile.ZipFile(source) as archive:
+        infos = archive.infolist()
+        layout = _checked_names(infos, source)
+        if os.path.lexists(target) and not os.path.isdir(target):
+            raise NotADirectoryError(f"Cannot unpack into {prefix}: it exists and is not a folder.")
+        if os.path.isdir(target) and os.listdir(target):
+            if not holds_only_a_save(target):
+                raise RuntimeError(f"Cannot unpack into {prefix}: it holds files that are not part of a saved "
+                                   "TensorDict. Choose a new or empty folder.")
+            swap = begin_swap(target, shown)
+            if swap is None:
+                raise RuntimeError(f"Cannot replace the folder {prefix} (a mount point, or the working "
+                                   "directory): unpack into a new folder.")
+            try:
+                swap.prepare(layout)
+                _extract(archive, infos, swap.work, layout)
+                swap.commit()
+            except BaseException:
+                swap.abandon()
+                raise
+            return Path(prefix)
+        parent = os.path.dirname(target)
+        os.makedirs(parent, exist_ok=True)
+        work = make_fresh_folder(parent, f".{os.path.basename(target)[:100]}.unpack-")
+        try:
+            _extract(archive, infos, work, layout)
+            os.rename(work, target)  # replaces an empty folder; fails if someone filled it meanwhile
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    return Path(prefix)
+
+
+# ---------------------------------------------------------------------- the index of an archive
+class _Member:
+    __slots__ = ("offset", "size", "compress_type", "crc")
+
+    def __init__(self, offset: int, size: int, compress_type: int, crc: int) -> None:
+        self.offset = offset  # where the (stored) payload starts in the file
+        self.size = size
+        self.compress_type = compress_type
+        self.crc = crc
+
+
+def _payload_offset(handle: Any, info: zipfile.ZipInfo, path: str, file_size: int) -> int:
+    handle.seek(info.header_offset)
+    header = handle.read(_LOCAL_HEADER.size)
+    if len(header) != _LOCAL_HEADER.size or header[:4] != _LOCAL_SIGNATURE:
+        raise zipfile.BadZipFile(f"The archive {path} is corrupted: bad local header for the entry "
+                                 f"{info.filename!r}.")
+    name_length, extra_length = struct.unpack_from("<2H", header, 26)
+    flags = struct.unpack_from("<H", header, 6)[0]
+    local_name = handle.read(name_length).decode("utf-8" if flags & 0x800 else "cp437")
+    if local_name != info.orig_filename:
+        raise zipfile.BadZipFile(f"The archive {path} is corrupted: the entry {info.orig_filename!r} is named "
+                                 f"{local_name!r} in its local header.")
+    offset = info.header_offset + _LOCAL_HEADER.size + name_length + extra_length
+    if offset + info.compress_size > file_size:
+        raise zipfile.BadZipFile(f"The archive {path} is truncated: the entry {info.filename!r} ends past the "
+                                 "end of the file.")
+    return offset
+
+
+def _index(path: str) -> tuple:
+    """({name: _Member}, {folder names}, comment, central directory offset) of the archive at ``path``."""
+    members: dict = {}
+    folders = {""}
+    file_size = os.path.getsize(path)
+    with zipfile.ZipFile(path) as archive, open(path, "rb") as handle:
+        for info in archive.infolist():
+            name = info.filename
+            if info.flag_bits & 0x1:
+                raise RuntimeError(f"Cannot load the encrypted entry {name!r} of {path}.")
+            if name in members:
+                raise zipfile.BadZipFile(f"The archive {path} holds the entry {name!r} twice.")
+            parts = name.rstrip("/").split("/")
+            for depth in range(1, len(parts) + (1 if name.endswith("/") else 0)):
+                folders.add("/".join(parts[:depth]))
+            if name.endswith("/"):
+                continue
+            offset = _payload_offset(handle, info, path, file_size)
+            members[name] = _Member(offset, info.file_size, info.compress_type, info.CRC)
+        return members, folders, archive.comment, archive.start_dir
+
+
+# Archives whose entries were checked in this process: real path -> (stat signature, names checked).
+_VERIFIED: dict = {}
+_VERIFIED_LOCK = threading.Lock()
+
+
+def _signature(path: str) -> tuple | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def _remember_verified(path: str, names: Iterable[str] | None) -> None:
+    """Record that ``names`` (None: every entry) of the archive as it is now passed their checksums."""
+    real = os.path.realpath(path)
+    signature = _signature(real)
+    if signature is None:
+        return
+    with _VERIFIED_LOCK:
+        known = _VERIFIED.get(real)
+        if names is None:
+            checked: Any = None
+        elif known is not None and known[0] == signature and known[1] is not None:
+            checked = known[1] | set(names)
+        else:
+            checked = set(names)
+        if len(_VERIFIED) > 1024:
+            _VERIFIED.clear()
+        _VERIFIED[real] = (signature, checked)
+
+
+def _already_verified(path: str, name: str) -> bool:
+    real = os.path.realpath(path)
+    known = _VERIFIED.get(real)
+    return known is not None and known[0] == _signature(real) and (known[1] is None or name in known[1])
+
+
+def forget_verified(path: str) -> None:
+    with _VERIFIED_LOCK:
+        _VERIFIED.pop(os.path.realpath(path), None)
+
+
+def _mark_unsealed(path: str) -> None:
+    """Note in the zip comment that the archive is about to be written in place (its CRC-32s go stale)."""
+    with zipfile.ZipFile(path, "a") as archive:
+        if archive.comment != UNSEALED_COMMENT:
+            archive.comment = UNSEALED_COMMENT
+    forget_verified(path)
+
+
+def _checksum_error(path: str, name: str, stored: int, computed: int) -> zipfile.BadZipFile:
+    return zipfile.BadZipFile(
+        f"The archive {path} is corrupted: the entry {name!r} does not match its CRC-32 checksum "
+        f"(stored {stored:08x}, computed {computed:08x}), so it was changed after the archive was written. If "
+        f"you changed it on purpose with a tool that does not update checksums, call "
+        f"torchdict.refresh_archive_checksums({path!r}) to accept its current content."
+    )
+
+
+# ---------------------------------------------------------------------- the loader's tree over an archive
+class ArchiveTree:
+    """The saved folders inside an archive, for :class:`torchdict._loading.FolderLoader`.
+
+    Paths are ``"<archive>::<entry>"`` strings (readable in error messages); the whole file is mapped
+    once, and each stored leaf is a view of that mapping.
+    """
+
+    __slots__ = ("path", "base", "members", "folders", "writable", "sealed", "_storage", "_pending", "_zip", "_lock")
+
+    def __init__(self, path: str, writable: bool) -> None:
+        self.path = path
+        self.base = path + "::"
+        self.members, self.folders, comment, _ = _index(path)
+        self.writable = writable
+        self.sealed = comment != UNSEALED_COMMENT
+        self._storage: torch.Tensor | None = None
+        self._pending: list = []  # (name, member) of the stored payloads mapped by this load
+        self._zip: zipfile.ZipFile | None = None
+        self._lock = threading.Lock()  # the loader maps leaves from several threads with num_threads
+
+    # paths
+    def root(self) -> str:
+        return self.base
+
+    def _inner(self, path: str) -> str:
+        return path[len(self.base):]
+
+    def join(self, folder: str, name: str) -> str:
+        return folder + name if folder == self.base else f"{folder}/{name}"
+
+    def lexists(self, path: str) -> bool:
+        inner = self._inner(path)
+        return inner in self.members or inner in self.folders
+
+    def is_folder(self, path: str) -> bool:
+        return self._inner(path) in self.folders
+
+    def check_folder(self, path: str) -> None:
+        if self._inner(path) not in self.folders:
+            raise NotADirectoryError(f"{path} is not a folder of the archive, so it is not a saved TensorDict.")
+
+    # reading
+    @property
+    def storage(self) -> torch.Tensor:
+        if self._storage is None:
+            with self._lock:
+                if self._storage is None:
+                    size = os.path.getsize(self.path)
+                    self._storage = torch.from_file(self.path, shared=self.writable, size=size, dtype=torch.uint8)
+        return self._storage
+
+    def _member(self, path: str) -> tuple:
+        inner = self._inner(path)
+        member = self.members.get(inner)
+        if member is None:
+            raise FileNotFoundError(2, f"No such entry in the archive {self.path}", path)
+        return inner, member
+
+    def read(self, path: str) -> bytes:
+        """A small entry's bytes (meta.json, a pickle), always checked against its CRC-32."""
+        inner, member = self._member(path)
+        if member.compress_type != zipfile.ZIP_STORED:
+            return self._decompress(inner)
+        data = self.storage[member.offset: member.offset + member.size].numpy().tobytes()
+        computed = zlib.crc32(data)
+        if computed != member.crc:  # in-place writes reach tensor payloads only: this holds even unsealed
+            raise _checksum_error(self.path, inner, member.crc, computed)
+        return data
+
+    def read_meta(self, folder: str) -> dict:
+        from .._meta_json import parse_meta
+
+        meta_path = self.join(folder, _META)
+        if self._inner(meta_path) not in self.members:
+            raise FileNotFoundError(2, f"No such file or directory: {folder} has no {_META} in the archive, so it "
+                                       "is not a saved TensorDict", meta_path)
+        return parse_meta(folder, self.read(meta_path))
+
+    def _decompress(self, inner: str) -> bytes:
+        with self._lock:
+            if self._zip is None:
+                self._zip = zipfile.ZipFile(self.path)
+        try:
+            return self._zip.read(inner)  # zipfile checks the CRC-32 (and reads under its own lock)
+        except Exception as error:  # a damaged stream fails in the decompressor: zlib.error, EOFError, OSError...
+            raise zipfile.BadZipFile(f"The archive {self.path} is corrupted: the entry {inner!r} can't be read "
+                                     f"back ({type(error).__name__}: {error}).") from error
+
+    def map(self, path: str, dtype: torch.dtype, shape: torch.Size, mode: str | None) -> torch.Tensor:
+        inner, member = self._member(path)
+        needed = shape.numel() * dtype.itemsize
+        if member.size < needed:
+            raise RuntimeError(f"The entry {path} holds {member.size} bytes but {dtype} data of shape {list(shape)} "
+                               f"needs {needed} bytes: the entry is truncated.")
+        if member.compress_type != zipfile.ZIP_STORED:
+            if self.writable:
+                raise RuntimeError(f"Cannot open {self.path} with mode='r+': entry {inner!r} is compressed, so "
+                                   "in-place writes cannot reach the file. Save the archive without compression "
+                                   "to make it writable.")
+            data = self._decompress(inner)
+            if not needed:
+                return torch.empty(shape, dtype=dtype)
+            return torch.frombuffer(bytearray(data[:needed]), dtype=dtype).view(shape)
+        if self.sealed and not _already_verified(self.path, inner):
+            self._pending.append((inner, member))
+        if not needed:
+            return torch.empty(shape, dtype=dtype)
+        flat = self.storage[member.offset: member.offset + needed]
+        if member.offset % dtype.itemsize:
+            if self.writable:
+                raise RuntimeError(f"Cannot open {self.path} with mode='r+': the payload of entry {inner!r} is not "
+                                   "aligned (the archive was written by another zip tool), so it must be copied "
+                                   "and in-place writes cannot reach the file. Save the archive again with "
+                                   "torchdict to make it writable.")
+            flat = flat.clone()
+        return flat.view(dtype).view(shape)
+
+    def finish(self, num_threads: int) -> None:
+        """Check the CRC-32 of every stored payload this load mapped; then unseal a writable archive."""
+        pending, self._pending = self._pending, []
+        if pending:
+            storage = self.storage
+
+            def check(item: tuple) -> str:
+                name, member = item
+                data = storage[member.offset: member.offset + member.size].numpy()
+                computed = zlib.crc32(data)  # releases the GIL on large buffers: threads help
+                if computed != member.crc:
+                    raise _checksum_error(self.path, name, member.crc, computed)
+                return name
+
+            if num_threads and num_threads > 1 and len(pending) > 1:
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=num_threads) as pool:
+                    names = list(pool.map(check, pending))
+            else:
+                names = [check(item) for item in pending]
+            if not self.writable:
+                _remember_verified(self.path, names)
+        if self.writable and self.sealed:
+            _mark_unsealed(self.path)
+            self.sealed = False
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
+
+
+def open_archive_tree(path: str, mode: str | None) -> tuple:
+    """(tree, root path) for loading the archive at ``path``; ``mode="r+"`` maps it writable (shared)."""
+    writable = mode == "r+"
+    if writable and not os.access(path, os.W_OK):
+        raise PermissionError(f"Cannot open {path} with mode='r+': the file is not writable.")
+    tree = ArchiveTree(path, writable)
+    return tree, tree.root()
+
+
+# ---------------------------------------------------------------------- checksums
+def refresh_archive_checksums(archive_path: str | os.PathLike) -> Path:
+    """Recompute the CRC-32 of every stored entry of an archive written in place, and seal it again.
+
+    ``load_memmap(archive, mode="r+")`` and ``memmap_like`` to an archive write into the file without
+    updating the checksums the zip stores; torchdict marks such an archive *unsealed* and loads it without
+    checking its tensor payloads. This rewrites the checksums (in the local headers and the central
+    directory, in place) and removes the mark, so that ``unzip``, :mod:`zipfile`, :func:`unpack_memmap` and
+    ``load_memmap`` accept the archive and check it again.
+
+    Raises ``ValueError`` when ``archive_path`` is not an archive (see :func:`is_memmap_archive`).
+
+    >>> import tempfile, os, zipfile
+    >>> from torchdict import TensorDict
+    >>> path = os.path.join(tempfile.mkdtemp(), "td.tdz")
+    >>> _ = TensorDict(a=torch.zeros(3)).save(path)
+    >>> TensorDict.load_memmap(path, mode="r+")["a"].add_(1).tolist()
+    [1.0, 1.0, 1.0]
+    >>> zipfile.ZipFile(path).testzip()  # the first entry whose checksum is wrong
+    'a.memmap'
+    >>> _ = refresh_archive_checksums(path)
+    >>> zipfile.ZipFile(path).testzip() is None
+    True
+    """
+    path = os.fspath(archive_path)
+    if not is_memmap_archive(path):
+        raise ValueError(f"{archive_path} is not a memory-mapped tensordict archive.")
+    with zipfile.ZipFile(path) as archive:
+        infos = archive.infolist()
+        central = archive.start_dir
+    file_size = os.path.getsize(path)
+    crcs: dict = {}
+    with open(path, "r+b") as handle:
+        for info in infos:
+            if info.filename.endswith("/"):
+                continue
+            offset = _payload_offset(handle, info, path, file_size)
+            if info.compress_type != zipfile.ZIP_STORED:
+                continue  # a compressed entry cannot have been written in place
+            handle.seek(offset)
+            crc = 0
+            remaining = info.file_size
+            while remaining:
+                chunk = handle.read(min(remaining, _CHUNK))
+                if not chunk:
+                    raise zipfile.BadZipFile(f"The archive {path} is truncated in the entry {info.filename!r}.")
+                crc = zlib.crc32(chunk, crc)
+                remaining -= len(chunk)
+            crcs[info.filename] = crc
+            if info.flag_bits & 0x8:  # the CRC lives in a data descriptor after the payload
+                descriptor = offset + info.compress_size
+                handle.seek(descriptor)
+                if handle.read(4) == b"PK\x07\x08":
+                    descriptor += 4
+                handle.seek(descriptor)
+            else:
+                handle.seek(info.header_offset + 14)
+            handle.write(struct.pack("<I", crc))
+        position = central
+        for _ in infos:
+            handle.seek(position)
+            record = handle.read(46)
+            if record[:4] != _CENTRAL_SIGNATURE:
+                raise zipfile.BadZipFile(f"The archive {path} is corrupted: bad central directory record.")
+            flags = struct.unpack_from("<H", record, 8)[0]
+            name_length, extra_length, comment_length = struct.unpack_from("<3H", record, 28)
+            name = handle.read(name_length).decode("utf-8" if flags & 0x800 else "cp437")
+            if name in crcs:
+                handle.seek(position + 16)
+                handle.write(struct.pack("<I", crcs[name]))
+            position += 46 + name_length + extra_length + comment_length
+    with zipfile.ZipFile(path, "a") as archive:
+        if archive.comment == UNSEALED_COMMENT:
+            archive.comment = b""
+    forget_verified(path)
+    return Path(archive_path)
