@@ -408,7 +408,7 @@ SKIPPED = {
        for name in ("from_csv", "to_csv", "from_pandas", "to_pandas", "from_h5", "to_h5", "from_zarr", "to_zarr",
                     "from_parquet", "to_parquet", "to_mds", "from_json", "to_json", "from_struct_array",
                     "to_struct_array")},
-    "to_store": "not provided: key-value stores (torchdict.store builds one with TensorDictStore.from_tensordict)",
+    "to_store": "key-value stores (generic over TensorDictBase): compared in tests/test_store*.py (needs a server)",
     **{name: f"not provided: {why}" for name, why in {
         "from_consolidated": "consolidated (single-storage) TensorDicts are not implemented in torchdict",
         "consolidate": "consolidated (single-storage) TensorDicts are not implemented in torchdict",

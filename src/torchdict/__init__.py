@@ -47,6 +47,8 @@ __all__ = [
     # persistence: save / load, archives, pack
     "save", "load", "load_memmap", "memmap", "pack_memmap", "unpack_memmap", "append_memmap", "is_memmap_archive",
     "refresh_archive_checksums", "PackLayout",
+    # store: TensorDicts on a Redis-protocol server (torchdict.store)
+    "store", "TensorDictStore", "LazyStackedTensorDictStore",
 ]
 
 __version__ = "0.1.0"
@@ -73,6 +75,8 @@ _LAZY_EXPORTS: dict = {
     "save": "saving", "load": "saving", "load_memmap": "saving", "pack_memmap": "formats.archive",
     "unpack_memmap": "formats.archive", "is_memmap_archive": "formats.archive",
     "refresh_archive_checksums": "formats.archive", "append_memmap": "_append_memmap", "PackLayout": "formats.pack",
+    # store: TensorDicts on a Redis-protocol server (torchdict.store)
+    "store": "store", "TensorDictStore": "store", "LazyStackedTensorDictStore": "store",
 }
 
 

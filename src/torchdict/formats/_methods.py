@@ -149,3 +149,15 @@ class FormatsMixin:
 
         to_mds(self, columns=columns, out=out, keep_local=keep_local, compression=compression, hashes=hashes,
                size_limit=size_limit, writer=writer, finish_writer=finish_writer, **kwargs)
+
+    # ------------------------------------------------------------------ key-value stores
+    def to_store(self, *, backend: str = "redis", host: str = "localhost", port: int = 6379, db: int = 0,
+                 unix_socket_path: Optional[str] = None, prefix: str = "tensordict", device: Any = None,
+                 **kwargs: Any) -> Any:
+        """A copy of this collection in a Redis-protocol server (:class:`torchdict.store.TensorDictStore`;
+        a lazy stack gives a ``LazyStackedTensorDictStore``). Needs ``torchdict[store]``."""
+        from ..store import TensorDictStore
+
+        return TensorDictStore.from_tensordict(self, backend=backend, host=host, port=port, db=db,
+                                               unix_socket_path=unix_socket_path, prefix=prefix, device=device,
+                                               **kwargs)
