@@ -20,9 +20,15 @@ def default_is_leaf(cls: type) -> bool:
 
 
 def _storage(value: Any) -> dict:
-    # A tensorclass keeps its fields in a TensorDict; walk that one.
-    inner = value._tensordict
-    return inner if type(inner) is dict else inner._tensordict
+    """The entries of a nested collection as a dict: a TensorDict's (or a tensorclass's) own storage, else
+    (a lazy stack, a file- or server-backed collection) read through its primitives."""
+    inner = getattr(value, "_tensordict", None)
+    if type(inner) is dict:
+        return inner
+    inner_storage = getattr(inner, "_tensordict", None)  # a tensorclass keeps its fields in a TensorDict
+    if type(inner_storage) is dict:
+        return inner_storage
+    return {key: value._get_str(key, None) for key in value._keys_str()}
 
 
 def iter_items(storage: dict, include_nested: bool, leaves_only: bool,
