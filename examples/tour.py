@@ -372,6 +372,258 @@ def collections() -> None:
           "| padded:", ragged.get("obs", as_padded_tensor=True).shape)
 
 
+def nn_modules() -> None:
+    section("Modules: an actor-critic from TensorDictModule and TensorDictSequential")
+    from torchdict.nn import TensorDictModule, TensorDictSequential
+
+    class QValue(nn.Module):  # the critic reads two entries: the features and the action
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16 + 2, 32), nn.Tanh(), nn.Linear(32, 1))
+
+        def forward(self, hidden: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+            return self.net(torch.cat([hidden, action], -1))
+
+    torch.manual_seed(0)
+    encoder = TensorDictModule(nn.Sequential(nn.Linear(4, 16), nn.Tanh()), in_keys=["observation"],
+                               out_keys=["hidden"])
+    actor = TensorDictModule(nn.Sequential(nn.Linear(16, 2), nn.Tanh()), in_keys=["hidden"], out_keys=["action"])
+    critic = TensorDictModule(QValue(), in_keys=["hidden", "action"], out_keys=[("critic", "value")])
+    agent = TensorDictSequential(encoder, actor, critic)
+    print("agent reads", agent.in_keys, "and writes", agent.out_keys)
+    policy = agent.select_subsequence(out_keys=["action"]).select_out_keys("action")
+    print(f"policy: {len(policy)} of the {len(agent)} modules, writes {policy.out_keys}")
+
+    # Synthetic task: the reward is highest when the action matches a fixed linear map of the observation.
+    target_map = torch.randn(4, 2)
+    observations = torch.randn(256, 4)
+    batch = TensorDict(observation=observations, batch_size=[256])
+    critic_optim = torch.optim.Adam(critic.parameters(), lr=1e-2)
+    actor_optim = torch.optim.Adam(list(actor.parameters()) + list(encoder.parameters()), lr=1e-2)
+
+    def reward(data: TensorDict) -> torch.Tensor:
+        return -((data["action"] - torch.tanh(data["observation"] @ target_map)) ** 2).sum(-1, keepdim=True)
+
+    first_critic_loss = first_return = None
+    for step in range(60):
+        data = agent(batch.clone())
+        # critic: regress the reward of the actions taken (actor and encoder held fixed)
+        critic_loss = ((critic(data.detach())["critic", "value"] - reward(data).detach()) ** 2).mean()
+        critic_optim.zero_grad()
+        critic_loss.backward()
+        critic_optim.step()
+        # actor: follow the critic's value of its own action
+        actor_loss = -agent(batch.clone())["critic", "value"].mean()
+        actor_optim.zero_grad()
+        actor_loss.backward()
+        actor_optim.step()
+        if step == 0:
+            first_critic_loss, first_return = critic_loss.item(), reward(data).mean().item()
+    data = agent(batch.clone())
+    print("keys written:", sorted(data.keys(include_nested=True, leaves_only=True), key=str))
+    print("critic loss went down:", critic_loss.item() < first_critic_loss)
+    print("true reward went up:", reward(data).mean().item() > first_return)
+    print("policy called with a tensor:", tuple(policy(torch.zeros(3, 4)).shape))
+
+
+def probabilistic_policy() -> None:
+    section("Probabilistic modules")
+    from torch import distributions as d
+
+    from torchdict.nn import TensorDictModule
+    from torchdict.nn.distributions import NormalParamExtractor
+    from torchdict.nn.probabilistic import (
+        ProbabilisticTensorDictModule,
+        ProbabilisticTensorDictSequential,
+        set_interaction_type,
+    )
+
+    torch.manual_seed(0)
+    policy = ProbabilisticTensorDictSequential(
+        TensorDictModule(torch.nn.Linear(3, 4), in_keys=["observation"], out_keys=["params"]),
+        TensorDictModule(NormalParamExtractor(), in_keys=["params"], out_keys=["loc", "scale"]),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc", "scale"], out_keys=[("agent", "action")],
+            distribution_class=d.Normal, return_log_prob=True,
+        ),
+    )
+    data = TensorDict(observation=torch.randn(5, 3), batch_size=[5])
+    with set_interaction_type("deterministic"):
+        greedy = policy(data.copy())
+    print("keys:", sorted(str(key) for key in greedy.keys(True, True)))
+    print("greedy action is the mean:", torch.equal(greedy["agent", "action"], greedy["loc"]))
+    torch.manual_seed(1)
+    with set_interaction_type("random"):
+        sampled = policy(data.copy())
+    print("action", tuple(sampled["agent", "action"].shape),
+          "log-prob", tuple(sampled["agent", "action_log_prob"].shape))
+    print("first action:", [round(v, 4) for v in sampled["agent", "action"][0].tolist()])
+    print("log_prob recomputed:", torch.allclose(policy.log_prob(sampled), sampled["agent", "action_log_prob"]))
+    print("distribution:", policy.get_dist(data))
+
+
+def hdf5_and_zarr() -> None:
+    section("HDF5 and zarr files")
+    from torchdict import PersistentTensorDict, from_h5, from_zarr
+
+    folder = tempfile.mkdtemp()
+    try:
+        data = TensorDict(obs=torch.arange(12.0).view(6, 2), next={"reward": torch.arange(6)},
+                          label="episode-1", batch_size=[6])
+        with data.to_h5(os.path.join(folder, "data.h5")) as td:
+            print(type(td).__name__, td.batch_size, td.keys(True, True))
+            rows = td[torch.tensor([4, 1])]  # reads two rows of each dataset
+            print(type(rows).__name__, rows["obs"].tolist(), rows["next", "reward"].tolist())
+            td[0:2] = 0  # writes those rows in the file
+        with from_h5(os.path.join(folder, "data.h5")) as td:
+            print("reopened:", td["obs"][:3].tolist(), td["label"])
+            try:
+                td["obs"] = torch.zeros(6, 2)
+            except OSError as error:
+                print("read-only file:", type(error).__name__)
+        store = data.to_zarr(os.path.join(folder, "data.zarr"), chunks=(2,))
+        print(type(store).__name__, store.backend, store[5]["obs"].tolist())
+        again = from_zarr(os.path.join(folder, "data.zarr"))
+        print("zarr keeps the batch size:", again.batch_size, again["next"].batch_size)
+        assert isinstance(again, PersistentTensorDict)
+    finally:
+        shutil.rmtree(folder)
+
+
+def tables_and_files() -> None:
+    section("Tables and files: safetensors, Arrow, Parquet, pandas, structured arrays")
+    import numpy as np
+
+    from torchdict import from_arrow, from_parquet, from_safetensors, to_arrow, to_safetensors
+
+    td = TensorDict(obs=torch.arange(6.0).reshape(3, 2), reward=torch.tensor([1.0, 0.0, 2.0]),
+                    info={"step": torch.arange(3)}, batch_size=[3])
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "episode.safetensors")
+        to_safetensors(td, path)  # nested keys stored as "info.step"; batch size in the metadata
+        loaded = from_safetensors(path)  # memory-mapped
+        print("safetensors:", loaded.batch_size, loaded["info", "step"].tolist())
+        flat = TensorDict(reward=td["reward"], step=td["info", "step"], batch_size=[3])
+        table = to_arrow(flat)
+        print("arrow:", table.schema.names, table.num_rows)
+        print("from_arrow:", from_arrow(table)["reward"].tolist())
+        parquet = os.path.join(folder, "episode.parquet")
+        flat.set("who", ["ann", "bob", "cy"])  # one string per row
+        flat.to_parquet(parquet)
+        back = from_parquet(parquet)
+        print("parquet row 1:", back[1]["who"], back[1]["reward"].item())
+    frame = td.exclude("obs").to_pandas(separator=".")
+    print("pandas columns:", list(frame.columns))
+    print("from_pandas:", TensorDict.from_pandas(frame, separator=".")["info", "step"].tolist())
+    records = np.array([(1, 0.5), (2, 1.5)], dtype=[("id", "i8"), ("score", "f4")])
+    shared = TensorDict.from_struct_array(records)
+    records["score"] += 1  # the TensorDict views the array's memory
+    print("struct array:", shared["score"].tolist(), shared.to_struct_array().dtype.names)
+
+
+def archives() -> None:
+    section("Archives: a save in one file, mapped once, checked on load")
+    import struct
+    import zipfile
+
+    import torchdict
+
+    folder = tempfile.mkdtemp()
+    try:
+        data = TensorDict(obs=torch.arange(6.0).view(3, 2), next={"reward": torch.ones(3)}, task="walk",
+                          batch_size=[3])
+        path = os.path.join(folder, "episode.tdz")
+        data.save(path)  # one zip file; the tensors stored uncompressed and aligned
+        loaded = torchdict.load(path)  # maps the file once: each leaf is a view into it
+        print("archive:", torchdict.is_memmap_archive(path), sorted(zipfile.ZipFile(path).namelist()))
+        print("loaded:", loaded["obs"].tolist(), loaded["next", "reward"].tolist(), loaded["task"])
+        print("one subtree:", torchdict.load(path, subpath="next")["reward"].tolist())
+        with open(path, "r+b") as handle:  # damage one byte of the "obs" payload
+            info = zipfile.ZipFile(path).getinfo("obs.memmap")
+            handle.seek(info.header_offset + 26)
+            name_length, extra_length = struct.unpack("<2H", handle.read(4))
+            handle.seek(info.header_offset + 30 + name_length + extra_length)
+            handle.write(b"\xff")
+        try:
+            torchdict.load(path)
+        except zipfile.BadZipFile as error:
+            print("refused:", str(error).split(": ")[1].split(" (")[0])
+        buffer = TensorDict(obs=torch.zeros(2), batch_size=[2]).memmap_like(os.path.join(folder, "buffer.tdz"))
+        buffer["obs"][1] = 7  # written in place: the archive is unsealed...
+        print("written in place:", torchdict.load(os.path.join(folder, "buffer.tdz"))["obs"].tolist())
+        torchdict.refresh_archive_checksums(os.path.join(folder, "buffer.tdz"))  # ...and sealed again
+        print("sealed again:", zipfile.ZipFile(os.path.join(folder, "buffer.tdz")).testzip() is None)
+        torchdict.save(data.exclude("task"), os.path.join(folder, "rows"))
+        torchdict.append_memmap(os.path.join(folder, "rows"), TensorDict(obs=torch.full((1, 2), -1.0),
+                                next={"reward": torch.zeros(1)}, batch_size=[1]))
+        print("appended:", torchdict.load(os.path.join(folder, "rows"))["obs"][:, 0].tolist())
+        flat, layout = data.exclude("task").pack()
+        print("packed:", tuple(flat.shape), layout.keys, "->", layout.unpack(flat[:1])["obs"].tolist())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def store() -> None:
+    section("Stores: one TensorDict shared by processes (TensorDictStore)")
+    import subprocess
+    import sys
+    import time
+
+    binary = shutil.which("redis-server")
+    try:
+        import redis  # the [store] extra
+    except ImportError:
+        binary = None
+    if binary is None:
+        print("no redis-server (or no redis client) here: the store section is skipped")
+        return
+    from torchdict.store import TensorDictStore
+
+    folder = tempfile.mkdtemp(prefix="tour-redis-")
+    sock = os.path.join(folder, "redis.sock")
+    server = subprocess.Popen([binary, "--port", "0", "--unixsocket", sock, "--save", "", "--appendonly", "no",
+                               "--dir", folder], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        probe, deadline = redis.Redis(unix_socket_path=sock), time.monotonic() + 10
+        while True:  # wait until the server answers
+            try:
+                probe.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        probe.close()
+        buffer = TensorDictStore.from_schema({"obs": ([3], torch.float32), ("info", "worker"): ([], torch.int64)},
+                                             batch_size=[8], unix_socket_path=sock, prefix="tour")
+        # Two worker processes reconnect by the store's id; each writes its own rows (0, 2, 4, ... and 1, 3, ...).
+        worker = (
+            "import sys, torch\n"
+            "from torchdict import TensorDict\n"
+            "from torchdict.store import TensorDictStore\n"
+            "sock, td_id, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
+            "buffer = TensorDictStore.from_store(unix_socket_path=sock, prefix='tour', td_id=td_id)\n"
+            "rows = torch.arange(rank, 8, 2)\n"
+            "buffer[rows] = TensorDict(obs=rows[:, None].float().expand(-1, 3) * 10,\n"
+            "                          info={'worker': torch.full_like(rows, rank)}, batch_size=[len(rows)])\n")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path for path in sys.path if path))
+        workers = [subprocess.Popen([sys.executable, "-c", worker, sock, buffer._td_id, str(rank)], env=env)
+                   for rank in (0, 1)]
+        print("worker exit codes:", [process.wait(timeout=120) for process in workers])
+        print("keys:", buffer.keys(include_nested=True, leaves_only=True), "batch_size:", buffer.batch_size)
+        rows = torch.tensor([6, 1, 4])
+        sample = buffer[rows]  # reads only these 3 rows' bytes from the server
+        print(f"sample of rows {rows.tolist()}: {type(sample).__name__}, obs[:, 0] = {sample['obs'][:, 0].tolist()},"
+              f" written by workers {sample['info', 'worker'].tolist()}")
+        print("every row written once:", bool((buffer["obs"][:, 0] == torch.arange(8) * 10).all()))
+        buffer.clear_redis()
+        buffer.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     workdir = tempfile.mkdtemp(prefix="torchdict-tour-")
     try:
@@ -392,6 +644,12 @@ def main() -> None:
         collections()
         non_tensor_data()
         reliability(workdir)
+        nn_modules()
+        probabilistic_policy()
+        hdf5_and_zarr()
+        tables_and_files()
+        archives()
+        store()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print("\nThe tour ran to the end.")

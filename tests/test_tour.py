@@ -29,4 +29,11 @@ def test_tour_runs_and_prints_the_guide_outputs():
     assert "update refused; obs untouched: True" in out
     assert "TimeoutError: map: chunk 0 ran longer than timeout=0.5 s" in out
     assert "ckpt holds step 2" in out and "RuntimeError: Refusing to follow the symlink" in out
+    assert "critic loss went down: True\ntrue reward went up: True" in out
+    assert "greedy action is the mean: True" in out and "log_prob recomputed: True" in out
+    assert "TensorDict [[8.0, 9.0], [2.0, 3.0]] [4, 1]" in out and "read-only file: ReadOnlyStorageError" in out
+    assert "safetensors: torch.Size([3]) [0, 1, 2]" in out and "parquet row 1: bob 0.0" in out
+    assert "refused: the entry 'obs.memmap' does not match its CRC-32 checksum" in out
+    assert "appended: [0.0, 2.0, 4.0, -1.0]" in out
+    assert ("every row written once: True" in out) or ("the store section is skipped" in out)
     assert out.rstrip().endswith("The tour ran to the end.")
