@@ -624,6 +624,59 @@ def store() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def compile_and_devices() -> None:
+    section("torch.compile and device transfer")
+    torch.manual_seed(0)
+    td = TensorDict(obs=torch.randn(4, 3), next={"reward": torch.ones(4)}, batch_size=[4])
+
+    def step(td):
+        out = (td[1:] * 2).apply(torch.relu)
+        out["total"] = out["obs"].sum(-1) + out["next", "reward"]
+        return torch.stack([out, out.clone()])
+
+    compiled = torch.compile(step, fullgraph=True, backend="eager")  # traced whole: no graph break
+    out = compiled(td)
+    print("compiled step:", out.batch_size, list(out.keys(True, True)))
+    print("equals eager:", bool((out["total"] == step(td)["total"]).all()))
+    packed = td.consolidate()  # every leaf a view into one byte buffer (upstream's layout)
+    print("consolidated:", packed.is_consolidated(), "locked:", packed.is_locked,
+          "bytes:", packed._consolidated["storage"].numel())
+    moved = packed.to("meta")  # one copy of the buffer ("cuda" on a GPU, with non_blocking=True)
+    print("moved:", moved.device, moved.is_consolidated(), moved["next", "reward"].device)
+    print("to where the leaves are, no copy:", td.to("cpu")["obs"] is td["obs"])
+
+
+def dropin() -> None:
+    section("Drop-in: upstream's toggles, print options and helpers")
+    import warnings
+
+    import torchdict
+    from torchdict import TypedTensorDict, set_printoptions
+
+    td = TensorDict(obs=torch.arange(6.0).view(3, 2), done=torch.zeros(3, dtype=torch.bool), batch_size=[3])
+    with set_printoptions(compact=True):
+        print(td)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        with torchdict.set_list_to_stack(False):
+            td["tags"] = ["a", "b", "c"]
+    print(type(td.get("tags")).__name__, td["tags"].tolist())
+    print(td.float64(cast_filter=torchdict.is_inexact)["done"].dtype)
+    print(td.add(TensorDict(obs=torch.ones(3, 2), reward=torch.ones(3), batch_size=[3]),
+                 default="intersection")["obs"][:, 0].tolist())
+    print(td.exclude("tags").unsqueeze(0).rot90()["obs"].shape)
+
+    class State(TypedTensorDict):
+        obs: torch.Tensor
+        done: torch.Tensor
+
+    state = State.from_tensordict(td.exclude("tags"))
+    print(type(state[0]).__name__, state.obs[1].tolist())
+    values, groups = torchdict.group_by(TensorDict(uid=torch.tensor([1, 0, 1]), x=torch.arange(3), batch_size=[3]),
+                                        "uid")
+    print(values.tolist(), [group["x"].tolist() for group in groups])
+
+
 def main() -> None:
     workdir = tempfile.mkdtemp(prefix="torchdict-tour-")
     try:
@@ -650,6 +703,8 @@ def main() -> None:
         tables_and_files()
         archives()
         store()
+        compile_and_devices()
+        dropin()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print("\nThe tour ran to the end.")

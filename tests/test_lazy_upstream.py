@@ -409,9 +409,10 @@ SKIPPED = {
                     "from_parquet", "to_parquet", "to_mds", "from_json", "to_json", "from_struct_array",
                     "to_struct_array")},
     "to_store": "key-value stores (generic over TensorDictBase): compared in tests/test_store*.py (needs a server)",
+    **{name: "on the dense form (TensorDictBase): compared in tests/test_consolidate.py and "
+             "tests/test_dropin_members.py" for name in ("consolidate", "attrs", "to_pytree")},
     **{name: f"not provided: {why}" for name, why in {
         "from_consolidated": "consolidated (single-storage) TensorDicts are not implemented in torchdict",
-        "consolidate": "consolidated (single-storage) TensorDicts are not implemented in torchdict",
         "memmap_refresh_": "re-reading a saved lazy stack in place (load it again with load_memmap)",
         "load_": "reading a folder into an existing lazy stack (use LazyStackedTensorDict.load_memmap)",
         "load_memmap_": "reading a folder into an existing lazy stack (use LazyStackedTensorDict.load_memmap)",
@@ -420,9 +421,7 @@ SKIPPED = {
         "make_memmap_from_tensor": "allocating file-backed entries in a saved lazy stack (use each member's)",
         "map": "worker-process map over a lazy stack (map its contiguous() form)",
         "map_iter": "worker-process map over a lazy stack (map its contiguous() form)",
-        "attrs": "upstream's TensorAttrs class has no torchdict counterpart",
         "pack": "PackLayout / pack is not implemented in torchdict",
-        "to_pytree": "from_pytree / to_pytree are not implemented in torchdict's TensorDict",
         "from_pytree": "from_pytree / to_pytree are not implemented in torchdict's TensorDict",
     }.items()},
 }

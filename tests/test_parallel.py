@@ -402,6 +402,9 @@ def test_max_tasks_per_child_replaces_workers():
 
 @pytest.mark.slow
 def test_a_pool_keeps_its_workers_across_calls():
+    from multiprocessing import resource_sharer
+
+    resource_sharer.stop()  # an earlier test (a multiprocessing.Pool passing tensors) may have started its thread
     td = make_td(12)
     with WorkerPool(2) as pool:
         first = set(td.map(worker_pid, pool=pool, chunksize=3)["pid"].tolist())
@@ -410,8 +413,6 @@ def test_a_pool_keeps_its_workers_across_calls():
         assert torch.equal(td.map(double_x, pool=pool, chunksize=5)["y"], td["x"] * 2)
         # a plain source and a shared output cross the pool's pipes as descriptors, not via a
         # resource_sharer thread in this process
-        from multiprocessing import resource_sharer
-
         assert resource_sharer._resource_sharer._thread is None
     assert multiprocessing.active_children() == []
 

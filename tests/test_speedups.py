@@ -7,6 +7,7 @@ with ``TORCHDICT_PURE_PYTHON=1`` (scripts/test.sh), so the twins carry the libra
 """
 from __future__ import annotations
 
+import operator
 import os
 
 import pytest
@@ -84,6 +85,40 @@ def test_lengths_fit_is_the_reference(first: int) -> None:
     for values in runs + [tuple(run) for run in runs]:
         for lengths_fit in _implementations("lengths_fit"):
             assert lengths_fit(values, first) is reference_fits(list(values), first), (lengths_fit, values)
+
+
+BATCHES = [torch.Size([]), torch.Size([3]), torch.Size([3, 2]), torch.Size([3, 2, 1]), torch.Size([0]),
+           torch.Size([0, 3]), torch.Size([4, 3]), (3, 2)]
+
+
+def reference_shape_fits(value: object, batch: tuple) -> bool:
+    """The plain-torch statement of shape_fits: a tensor whose leading dims are the batch."""
+    return isinstance(value, torch.Tensor) and tuple(value.shape[:len(batch)]) == tuple(batch)
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+def test_shape_fits_is_the_reference(batch: tuple) -> None:
+    values = _values() + [torch.zeros(3, 2, 1, 5), torch.zeros(0, 3, 1), torch.zeros(3, 2).t()]
+    for value in values:
+        for shape_fits in _implementations("shape_fits"):
+            assert shape_fits(value, batch) is reference_shape_fits(value, batch), (shape_fits, value, batch)
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+def test_leaves_fit_batch_is_the_reference(batch: tuple) -> None:
+    for source in _sources() + [{"a": torch.zeros(3, 2, 1), "b": torch.ones(3, 2)}]:
+        expected = bool(source) and all(isinstance(k, str) for k in source) and all(
+            reference_shape_fits(value, batch) for value in source.values())
+        for leaves_fit_batch in _implementations("leaves_fit_batch"):
+            assert leaves_fit_batch(source, batch) is expected, (leaves_fit_batch, source, batch)
+
+
+def test_batch_checks_refuse_what_is_not_a_batch() -> None:
+    for name, args in [("shape_fits", (torch.zeros(3), [3])), ("leaves_fit_batch", ({"a": torch.zeros(3)}, [3])),
+                       ("leaves_fit_batch", ([torch.zeros(3)], (3,)))]:
+        for implementation in _implementations(name):
+            with pytest.raises(TypeError):
+                implementation(*args)
 
 
 def test_tensor_len_is_the_first_size() -> None:
@@ -181,6 +216,8 @@ def test_getitem_equals_the_general_python_getitem(cls: type) -> None:
     assert general is not None
     td = _tree(cls)
     for index in _INDICES:
+        # td[index] (the C type slot) and the class's Python __getitem__ (what torch.compile traces).
+        assert _outcome(operator.getitem, td, index) == _outcome(general, td, index), index
         assert _outcome(type(td).__getitem__, td, index) == _outcome(general, td, index), index
 
 
@@ -197,11 +234,12 @@ def test_getitem_reads_each_entry_as_plain_dict_code_does() -> None:
 
 
 @needs_c
-def test_getitem_is_the_c_method_and_checks_its_instance() -> None:
+def test_getitem_runs_in_c_from_the_type_slot() -> None:
+    # The class keeps a Python __getitem__ (for torch.compile and inspect); td[index] runs C from the slot.
     method = TensorDict.__dict__["__getitem__"]
-    assert type(method).__name__ == "method_descriptor"
-    with pytest.raises(TypeError):
-        method({"a": 1}, "a")
+    assert type(method).__name__ == "function" and method.__wrapped__ is _accel.python_getitem
+    assert "__getitem__" in _accel.fronted_slots(TensorDict)
+    assert "__getitem__" not in _accel.fronted_slots(SubDict)  # a subclass: CPython's slot, the Python path
 
 
 # ------------------------------------------------------------------ tensorclass data[i]
@@ -250,8 +288,9 @@ def test_field_indexer_is_a_method() -> None:
     from test_tensorclass_fast_paths import MyData, _one_dim_variants
 
     data = _one_dim_variants()["plain"]
-    indexer = MyData.__dict__["__getitem__"]
-    assert type(indexer) is C.FieldIndexer and MyData.__getitem__ is indexer
+    indexer = getattr(MyData.__dict__["__getitem__"], _accel.C_HELPER)
+    assert type(indexer) is C.FieldIndexer and "__getitem__" in _accel.fronted_slots(MyData)
+    assert torch.equal(indexer(data, 2).label, data.label[2])
     assert torch.equal(data.__getitem__(2).label, data.label[2])  # bound through the descriptor
     with pytest.raises(TypeError):
         indexer(data)
@@ -306,10 +345,18 @@ def _init_calls() -> list:
 def test_tensorclass_construction_equals_its_python_twin() -> None:
     from test_tensorclass_fast_paths import MyData
 
-    init = MyData.__dict__["__init__"]
-    twin = getattr(init, "__wrapped__", init)
+    twin = MyData.__dict__["__init__"]
+    init = getattr(twin, _accel.C_HELPER, twin)  # the C FieldInit, called directly
+
+    def through_the_slot(data, *args, **kwargs):  # type: ignore[no-untyped-def]
+        built = MyData(*args, **kwargs)  # the type's tp_init: the C FieldInit when it is in use
+        object.__setattr__(data, "__dict__", built.__dict__)
+        object.__setattr__(data, "_td", built._td)
+
     for args, kwargs in _init_calls():
         assert _init_outcome(init, MyData, args, kwargs) == _init_outcome(twin, MyData, args, kwargs), (args, kwargs)
+        assert (_init_outcome(through_the_slot, MyData, args, kwargs)
+                == _init_outcome(twin, MyData, args, kwargs)), (args, kwargs)
 
 
 def test_tensorclass_construction_error_from_torch_is_not_swallowed() -> None:
@@ -329,7 +376,8 @@ def test_field_init_fronts_only_the_classes_it_can_finish() -> None:
     from torchdict import tensorclass
 
     init = MyData.__dict__["__init__"]
-    assert type(init) is C.FieldInit and init._tc_generated and init.__qualname__ == "MyData.__init__"
+    assert type(getattr(init, _accel.C_HELPER)) is C.FieldInit and "__init__" in _accel.fronted_slots(MyData)
+    assert init._tc_generated and init.__qualname__ == "MyData.__init__"
     assert list(inspect.signature(MyData).parameters)[:3] == ["image", "mask", "label"]
 
     @tensorclass
@@ -349,7 +397,8 @@ def test_field_init_fronts_only_the_classes_it_can_finish() -> None:
         x: torch.Tensor
 
     for cls in (WithDefault, WithPostInit, Frozen):
-        assert type(cls.__dict__["__init__"]) is not C.FieldInit, cls
+        assert not hasattr(cls.__dict__["__init__"], _accel.C_HELPER), cls
+        assert "__init__" not in _accel.fronted_slots(cls), cls
     assert torch.equal(WithPostInit(torch.zeros(2), batch_size=[2]).x, torch.ones(2))
     assert Frozen(torch.zeros(2), batch_size=[2]).is_locked
 

@@ -36,4 +36,8 @@ def test_tour_runs_and_prints_the_guide_outputs():
     assert "refused: the entry 'obs.memmap' does not match its CRC-32 checksum" in out
     assert "appended: [0.0, 2.0, 4.0, -1.0]" in out
     assert ("every row written once: True" in out) or ("the store section is skipped" in out)
+    assert "compiled step: torch.Size([2, 3])" in out and "equals eager: True" in out
+    assert "moved: meta True meta" in out and "to where the leaves are, no copy: True" in out
+    assert "TensorDict(batch_size=[3], fields={done: bool[], obs: f32[2]})" in out
+    assert "[0, 1] [[1], [0, 2]]" in out
     assert out.rstrip().endswith("The tour ran to the end.")

@@ -13,16 +13,26 @@ C check), and a Python ``__getitem__`` costs as much as the dict lookup it wraps
 The extension is built by ``pip install`` when a C compiler is present (``setup.py``
 marks it optional). Setting ``TORCHDICT_PURE_PYTHON=1`` before the import uses the twins
 even when it is built: the test suite runs its fast tests that way too.
+
+``torch.compile``: Dynamo cannot look into C, so it must meet Python wherever a C helper
+runs. The C methods run from the type slots (``mp_subscript``, ``tp_init``), while the
+class ``__dict__`` keeps Python functions, which Dynamo reads and traces; and the C
+functions (and the twins built on torch's C length) are paired with traceable twins in
+``_compile.py``, registered with Dynamo only once ``torch._dynamo`` is imported (a
+``sys.meta_path`` watcher below), so that ``import torchdict`` never imports it.
 """
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ["USING_C", "tensor_len", "leaves_fit", "lengths_fit", "zip_dict", "collect_tree", "field_indexer",
-           "FieldIndexer", "field_init", "install_tensordict_getitem"]
+__all__ = ["USING_C", "tensor_len", "leaves_fit", "lengths_fit", "shape_fits", "leaves_fit_batch", "zip_dict", "collect_tree", "field_indexer",
+           "FieldIndexer", "field_init", "install_tensordict_getitem", "slot_getitem", "front_tensorclass_slots",
+           "fronted_slots", "descriptor_setter", "descriptor_setters"]
 
 _TensorBase: Any = getattr(torch._C, "TensorBase", getattr(torch._C, "_TensorBase", None))
 _Tensor = torch.Tensor
@@ -96,6 +106,35 @@ def py_lengths_fit(values: Any, first: int) -> bool:
         return False
 
 
+def py_shape_fits(value: Any, batch_size: tuple) -> bool:
+    """True when ``value`` is a tensor whose shape starts with ``batch_size`` (a torch.Size or tuple)."""
+    if not isinstance(batch_size, tuple):
+        raise TypeError("shape_fits expects the batch size as a torch.Size or a tuple")
+    if not isinstance(value, _Tensor):
+        return False
+    return value.shape[:len(batch_size)] == batch_size
+
+
+def py_leaves_fit_batch(source: dict, batch_size: tuple) -> bool:
+    """:func:`py_leaves_fit` for a batch of any number of dims: ``source`` is not empty, every key a str
+    and every value a tensor whose shape starts with ``batch_size``."""
+    if not isinstance(source, dict):
+        raise TypeError("leaves_fit_batch expects a dict")
+    if not isinstance(batch_size, tuple):
+        raise TypeError("leaves_fit_batch expects the batch size as a torch.Size or a tuple")
+    if not source:
+        return False
+    try:
+        "".join(source)  # a TypeError unless every key is a str
+    except TypeError:
+        return False
+    n_batch = len(batch_size)
+    for value in source.values():
+        if not isinstance(value, _Tensor) or value.shape[:n_batch] != batch_size:
+            return False
+    return True
+
+
 def py_zip_dict(keys: Any, values: list, start: int, count: int) -> dict:
     """``{keys[i]: values[start + i]}`` for the first ``count`` keys of ``keys`` (a dict or a list)."""
     if (type(keys) is not dict and type(keys) is not list) or type(values) is not list:
@@ -109,6 +148,8 @@ def py_zip_dict(keys: Any, values: list, start: int, count: int) -> dict:
 tensor_len: Callable[[Any], int] = _C.tensor_len if _C is not None else py_tensor_len
 leaves_fit: Callable[[dict, int], bool] = _C.leaves_fit if _C is not None else py_leaves_fit
 lengths_fit: Callable[[Any, int], bool] = _C.lengths_fit if _C is not None else py_lengths_fit
+shape_fits: Callable[[Any, tuple], bool] = _C.shape_fits if _C is not None else py_shape_fits
+leaves_fit_batch: Callable[[dict, tuple], bool] = _C.leaves_fit_batch if _C is not None else py_leaves_fit_batch
 zip_dict: Callable[[Any, list, int, int], dict] = _C.zip_dict if _C is not None else py_zip_dict
 #: ``collect_tree(td, batch_size, batch_member)``: the first pass of apply on a plain tree, in C;
 #: None without C (its twin is _apply_tree.py_collect_tree).
@@ -123,17 +164,37 @@ field_init: Optional[Callable] = _C.make_field_init if _C is not None else None
 
 
 #: The Python ``TensorDict.__getitem__`` (set by install_tensordict_getitem): the general path the C
-#: method hands over to, kept here so that tests can compare the two.
+#: slot hands over to, kept here so that tests can compare the two.
 python_getitem: Optional[Callable] = None
+
+#: The attribute of a Python function in a class ``__dict__`` that names the C helper running from
+#: the class's type slot in its place (see front_tensorclass_slots).
+C_HELPER = "_torchdict_c"
+
+
+def slot_getitem(general: Callable) -> Callable:
+    """The Python ``__getitem__`` a class keeps in its ``__dict__`` while C runs from its slot.
+
+    It calls ``general(self, index)``. Its extra ``*_`` parameter matters: CPython's
+    specialising interpreter calls a plain two-argument Python ``__getitem__`` directly,
+    skipping the type slot (and the C in it); a function taking ``*args`` is left to the slot.
+    """
+
+    def __getitem__(self: Any, index: Any, *_: Any) -> Any:
+        return general(self, index)
+
+    return functools.update_wrapper(__getitem__, general)
 
 
 def install_tensordict_getitem(cls: type, non_tensor_types: tuple) -> None:
-    """Give ``cls`` (TensorDict) a C ``__getitem__`` when the extension is built.
+    """Give ``cls`` (TensorDict) a C ``td[index]`` when the extension is built.
 
-    The C method answers an exact str key found in ``cls._tensordict`` and a tuple of exact
-    str keys walking through plain TensorDicts (the entry; a non-tensor wrapper's ``.data``).
-    Every other index, and every miss, goes to the Python ``__getitem__`` it replaces, which
-    stays the general path and words the errors.
+    The C code answers an exact str key found in ``cls._tensordict`` and a tuple of exact
+    str keys walking through plain TensorDicts (the entry; a non-tensor wrapper's ``.data``),
+    from the type's ``mp_subscript`` slot. Every other index, and every miss, goes to the
+    Python ``__getitem__``, which stays the general path, words the errors, and is what
+    ``TensorDict.__getitem__`` (the class ``__dict__``) holds, for Dynamo and ``inspect``.
+    A subclass of ``cls`` gets CPython's own slot: the Python path.
     """
     global python_getitem
     python_getitem = general = cls.__dict__["__getitem__"]
@@ -141,4 +202,133 @@ def install_tensordict_getitem(cls: type, non_tensor_types: tuple) -> None:
         return
     data_cls, stack_cls = non_tensor_types
     member = cls.__dict__["_tensordict"]
-    setattr(cls, "__getitem__", _C.make_getitem(cls, member, data_cls, stack_cls, general))
+    setattr(cls, "__getitem__", slot_getitem(general))  # resets the slot: set it afterwards
+    _C.install_getitem(cls, member, data_cls, stack_cls, general)
+
+
+def front_tensorclass_slots(cls: type) -> None:
+    """Run the C helpers that ``cls``'s ``__getitem__`` / ``__init__`` carry from its type slots.
+
+    A tensorclass's generated ``__init__`` and its ``__getitem__`` carry their C twin (a
+    ``FieldInit``, a ``FieldIndexer``) as ``C_HELPER``; assigning either on the class gives
+    its slot back to CPython, so this runs after every such assignment (idempotent).
+    """
+    if _C is None:
+        return
+    own = cls.__dict__
+    indexer = getattr(own.get("__getitem__"), C_HELPER, None)
+    if indexer is not None:
+        _C.front_getitem(cls, indexer)
+    init = getattr(own.get("__init__"), C_HELPER, None)
+    if init is not None:
+        _C.front_init(cls, init)
+
+
+#: descriptor -> its setter (one each, so that Dynamo gets one traceable twin per descriptor).
+_SETTERS: dict = {}
+#: Called with (setter, attribute name) for a setter made after the Dynamo registration (_compile sets it).
+on_new_setter: Optional[Callable[[Callable, str], None]] = None
+
+
+def descriptor_setter(descriptor: Any) -> Callable[[Any, Any], None]:
+    """``descriptor.__set__`` (e.g. of a ``__slots__`` member) as a plain function ``(instance, value)``.
+
+    A method-wrapper like ``descriptor.__set__`` is as fast but opaque to torch.compile, and
+    only a function can be given a traceable twin (``_compile.py``). In C the setter is a
+    builtin function bound to the descriptor; the pure-Python twin calls ``__set__``.
+    """
+    setter = _SETTERS.get(descriptor)
+    if setter is None:
+        if _C is not None:
+            setter = _C.descriptor_setter(descriptor)
+        else:
+            store = descriptor.__set__
+
+            def setter(instance: Any, value: Any) -> None:
+                store(instance, value)
+
+        _SETTERS[descriptor] = setter
+        name = getattr(descriptor, "__name__", None)
+        if on_new_setter is not None and type(name) is str:
+            on_new_setter(setter, name)
+    return setter
+
+
+def descriptor_setters() -> list:
+    """``[(setter, attribute name)]`` of every setter made so far (for the Dynamo registration)."""
+    return [(setter, descriptor.__name__) for descriptor, setter in list(_SETTERS.items())
+            if type(getattr(descriptor, "__name__", None)) is str]
+
+
+def fronted_slots(cls: type) -> tuple:
+    """The slots of ``cls`` that run C helpers: ``"__getitem__"`` and/or ``"__init__"`` (none without C)."""
+    return () if _C is None else _C.fronted(cls)
+
+
+# ------------------------------------------------------------------ torch.compile
+# Dynamo gets the traceable twins of the C helpers (``_compile.register``) when torch._dynamo is
+# imported, never before: importing it costs ~1 s, and most programs never compile.
+_DYNAMO = "torch._dynamo"
+
+
+def _register_with_dynamo() -> None:
+    try:
+        from . import _compile
+
+        _compile.register()
+    except Exception as error:  # never break the import of torch._dynamo
+        import warnings
+
+        warnings.warn(f"torchdict could not register its torch.compile support: {error!r}", RuntimeWarning,
+                      stacklevel=2)
+
+
+class _DynamoWatcher:
+    """A ``sys.meta_path`` entry that runs :func:`_register_with_dynamo` right after torch._dynamo's import.
+
+    It finds the module's spec with the other finders, and wraps that spec's loader's
+    ``exec_module`` (an attribute of that one loader instance) so that the registration
+    follows the module's execution; then it leaves ``sys.meta_path``.
+    """
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != _DYNAMO:
+            return None
+        self.remove()
+        import importlib.util
+
+        spec = importlib.util.find_spec(fullname)
+        loader = getattr(spec, "loader", None)
+        if loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        execute = loader.exec_module
+
+        def exec_module(module: Any) -> None:
+            try:
+                execute(module)
+            finally:
+                try:
+                    del loader.exec_module
+                except AttributeError:
+                    pass
+            _register_with_dynamo()
+
+        loader.exec_module = exec_module
+        return spec
+
+    def remove(self) -> None:
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+
+
+def watch_for_dynamo() -> None:
+    """Register with Dynamo now if torch._dynamo is imported, else as soon as it is."""
+    if _DYNAMO in sys.modules:
+        _register_with_dynamo()
+    elif not any(type(finder) is _DynamoWatcher for finder in sys.meta_path):
+        sys.meta_path.insert(0, _DynamoWatcher())
+
+
+watch_for_dynamo()

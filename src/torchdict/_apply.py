@@ -202,8 +202,9 @@ def _non_tensor_for_batch(leaf: Any, batch_size: torch.Size) -> Any:
     return leaf._with_batch_size(batch_size)
 
 
-_shape_of = operator.attrgetter("shape")
-_is_cpu = operator.attrgetter("is_cpu")
+# C-level getters torch.compile can trace too (Dynamo can't call an attrgetter made outside the compiled code).
+_shape_of = _Tensor.shape.__get__  # type: ignore[attr-defined]  # (getset descriptors)
+_is_cpu = _Tensor.is_cpu.__get__  # type: ignore[attr-defined]
 _first = operator.itemgetter(0)
 _ONLY_TENSOR = {_Tensor}
 

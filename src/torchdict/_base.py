@@ -24,14 +24,14 @@ class TensorCollection:
     __slots__ = ()
 
 
-def is_tensor_collection(obj: object) -> bool:
+def is_tensor_collection(datatype: object) -> bool:
     """True for TensorDicts, tensorclass instances and the non-tensor leaves (or their classes).
 
     >>> from torchdict import NonTensorData, TensorDict
     >>> is_tensor_collection(TensorDict()), is_tensor_collection(NonTensorData("x"))
     (True, True)
     """
-    cls = obj if isinstance(obj, type) else type(obj)
+    cls = datatype if isinstance(datatype, type) else type(datatype)
     # ``_is_non_tensor`` is the class marker of NonTensorData / NonTensorStack (upstream's name too).
     return issubclass(cls, TensorCollection) or getattr(cls, "_is_non_tensor", False) is True
 

@@ -82,15 +82,16 @@ class ConstructorsMixin:
 
     @classmethod
     def from_dataclass(cls, dataclass: Any, *, dest_cls: Any = None, auto_batch_size: bool = False,
-                       batch_dims: Optional[int] = None, device: Any = None,
+                       batch_dims: Optional[int] = None, as_tensorclass: bool = False, device: Any = None,
                        batch_size: Any = None) -> "TensorDict":
         """A TensorDict with one entry per field of a dataclass instance (nested dataclasses,
         namedtuples, mappings and tuples become nested TensorDicts; tensorclass and TensorDict
         values are kept as they are). Batch size and device as in ``from_namedtuple``.
 
         A dataclass *type* whose fields all have defaults gives a TensorDict of the defaults; any
-        other type raises ``TypeError``. ``dest_cls`` is accepted for upstream's signature and, as
-        upstream without ``as_tensorclass`` (not supported here), changes nothing.
+        other type raises ``TypeError``. ``as_tensorclass=True`` returns a tensorclass instance (of
+        ``dest_cls`` when given; a tensorclass type for a dataclass type) through
+        :func:`torchdict.from_dataclass`; without it ``dest_cls`` changes nothing, as upstream.
 
         >>> import dataclasses
         >>> @dataclasses.dataclass
@@ -101,7 +102,11 @@ class ConstructorsMixin:
         >>> td.batch_size, td["label"]
         (torch.Size([2, 4]), 'cat')
         """
-        del dest_cls  # only meaningful with upstream's as_tensorclass=True
+        if as_tensorclass:
+            from ._factories import from_dataclass
+
+            return from_dataclass(dataclass, dest_cls=dest_cls, auto_batch_size=auto_batch_size,
+                                  batch_dims=batch_dims, device=device, batch_size=batch_size)
         return _build(cls, "from_dataclass", _dataclass_source(dataclass), auto_batch_size, batch_dims, device,
                       batch_size)
 
@@ -134,6 +139,107 @@ class ConstructorsMixin:
         raise TypeError(f"from_any cannot build a TensorDict from a {type(obj).__name__}: expected a mapping, "
                         "namedtuple, dataclass, tuple, numpy structured array, TensorDict or tensorclass.")
 
+    @classmethod
+    def from_tuple(cls, obj: Any, *, auto_batch_size: bool = False, batch_dims: Optional[int] = None,
+                   device: Any = None, batch_size: Any = None) -> "TensorDict":
+        """A tuple as a TensorDict with keys ``"0"``, ``"1"``, ... (nested tuples, mappings, namedtuples and
+        dataclasses become nested TensorDicts; numbers tensors; other values non-tensor data).
+
+        >>> TensorDict.from_tuple((torch.zeros(3, 4), torch.ones(3)), auto_batch_size=True).batch_size
+        torch.Size([3])
+        """
+        source = {str(position): _to_source(item) for position, item in enumerate(obj)}
+        return _build(cls, "from_tuple", source, auto_batch_size, batch_dims, device, batch_size)
+
+    @classmethod
+    def from_list(cls, input: Sequence[Any], *, auto_batch_size: Optional[bool] = None, batch_size: Any = None,
+                  device: Any = None, batch_dims: Optional[int] = None,
+                  names: Optional[Sequence[Optional[str]]] = None, lazy: Optional[bool] = None) -> Any:
+        """Stack a list of dicts (each through ``from_dict``) or collections along a new first dim: densely
+        when they agree (or ``lazy=False``), lazily when not (or ``lazy=True``).
+
+        ``batch_size`` starts with the list's length (each element gets the rest); ``batch_dims`` counts the
+        list dim; ``names`` names every dim of the result.
+
+        >>> TensorDict.from_list([{"a": torch.zeros(3)}, {"a": torch.ones(3)}], batch_size=[2, 3]).batch_size
+        torch.Size([2, 3])
+        """
+        from .lazy import lazy_stack, maybe_dense_stack
+
+        stack = maybe_dense_stack if lazy is None else lazy_stack if lazy else torch.stack
+        member_batch = None
+        if batch_size is not None:
+            batch_size = torch.Size([batch_size]) if isinstance(batch_size, int) else torch.Size(batch_size)
+            if not batch_size or batch_size[0] != len(input):
+                raise ValueError(f"The provided batch size ({batch_size}) does not match the length of the list "
+                                 f"({len(input)}).")
+            member_batch = batch_size[1:]
+        member_dims = None if batch_dims is None else batch_dims - 1
+        members = [item if isinstance(item, TensorCollection) else
+                   cls.from_dict(item, auto_batch_size=auto_batch_size, batch_size=member_batch,
+                                 batch_dims=member_dims, device=device,
+                                 names=None if names is None else list(names)[1:])
+                   for item in input]
+        result = stack(members)
+        ignored = []
+        if batch_size is not None and result.batch_size != batch_size:
+            ignored.append("batch_size")
+        if device is not None and result.device != torch.device(device):
+            ignored.append("device")
+        if ignored:
+            warnings.warn(f"from_list ignores {' and '.join(ignored)} for the tensor collections of the list: the "
+                          "result keeps the batch size and device of their stack.", FutureWarning, stacklevel=2)
+        if names is not None:
+            if len(names) == result.batch_dims:
+                result.names = names
+            else:
+                warnings.warn(f"from_list ignores names={names}, whose length is not the number of batch dims of "
+                              "the result.", FutureWarning, stacklevel=2)
+        return result
+
+    @classmethod
+    def from_pytree(cls, pytree: Any, *, batch_size: Any = None, auto_batch_size: bool = False,
+                    batch_dims: Optional[int] = None) -> Any:
+        """Nested lists / tuples / namedtuples / dicts as a TensorDict that :meth:`to_pytree` turns back into
+        the same structure (each container records its type in a ``"_pytree_type"`` entry).
+
+        >>> td = TensorDict.from_pytree({"obs": torch.zeros(3, 4), "pair": (torch.zeros(3), torch.ones(3))},
+        ...                             auto_batch_size=True)
+        >>> td.batch_size, type(td.to_pytree()["pair"]).__name__
+        (torch.Size([3]), 'tuple')
+        """
+        from ._pytree_convert import from_pytree
+
+        return from_pytree(cls, pytree, batch_size, auto_batch_size, batch_dims)
+
+    def from_dict_instance(self, input_dict: Mapping, *, auto_batch_size: Optional[bool] = None,
+                           batch_size: Any = None, device: Any = None, batch_dims: Optional[int] = None,
+                           names: Optional[Sequence[Optional[str]]] = None) -> "TensorDict":
+        """``from_dict`` that gives a nested dict the type of this TensorDict's entry at the same key (a
+        tensorclass, recursively), e.g. to turn ``to_dict()``'s output back into tensorclasses; the values of
+        this TensorDict are not used.
+
+        >>> td = TensorDict(a=torch.zeros(2), batch_size=[2])
+        >>> td.from_dict_instance({"a": torch.ones(2)}, batch_size=[2])["a"]
+        tensor([1., 1.])
+        """
+        from .tensorclass import is_tensorclass
+
+        source: dict = {}
+        for key, value in input_dict.items():
+            template = self._tensordict.get(key) if type(key) is str else None
+            if isinstance(value, Mapping) and template is not None:
+                if is_tensorclass(template):
+                    value = type(template).from_dict(dict(value), batch_size=batch_size, device=device)
+                elif isinstance(template, ConstructorsMixin):
+                    value = template.from_dict_instance(value, auto_batch_size=auto_batch_size,
+                                                        batch_size=batch_size, device=device, batch_dims=batch_dims)
+            source[key] = value
+        from .tensordict import TensorDict
+
+        return TensorDict.from_dict(source, auto_batch_size=auto_batch_size, batch_size=batch_size, device=device,
+                                    batch_dims=batch_dims, names=names)
+
     def auto_device_(self) -> "TensorDict":
         """Set the device of this TensorDict and of every nested one to the device all tensor
         leaves share, or to ``None`` when they are on several devices (or there are none);
@@ -148,29 +254,34 @@ class ConstructorsMixin:
         _set_device_tree(self, devices.pop() if len(devices) == 1 else None)
         return self
 
-    def auto_batch_size_(self, batch_dims: Optional[int] = None) -> "TensorDict":
+    def auto_batch_size_(self, batch_dims: Optional[int] = None, keep_compliant_size: bool = False) -> "TensorDict":
         """Set the batch size to the leading dims common to every leaf (at most ``batch_dims``),
         and each sub-TensorDict's to those common to its own leaves, as upstream; returns self.
 
         >>> td = TensorDict({"a": torch.zeros(4, 2), "n": {"b": torch.zeros(4, 3)}}).auto_batch_size_()
         >>> td.batch_size, td["n"].batch_size
         (torch.Size([4]), torch.Size([4, 3]))
+
+        With ``batch_dims`` and ``keep_compliant_size=True``, a sub-TensorDict that already has
+        ``batch_dims`` batch dims or more keeps its batch size.
         """
         # Level by level, the sub-TensorDicts first: a refusal part-way (a locked level) is undone.
         levels = snapshot_batches(self)
         try:
-            _auto_batch_size(self, batch_dims)
+            _auto_batch_size(self, batch_dims, keep_compliant_size and batch_dims is not None)
         except BaseException:
             restore_batches(levels)
             raise
         return self
 
 
-def _auto_batch_size(td: Any, batch_dims: Optional[int]) -> None:
+def _auto_batch_size(td: Any, batch_dims: Optional[int], keep_compliant: bool = False) -> None:
     # The sub-TensorDicts first: the dims common to a part of the leaves extend those common to all.
     subs = [value for value in td._tensordict.values() if isinstance(value, ConstructorsMixin)]
     for sub in subs:
-        _auto_batch_size(sub, batch_dims)
+        if keep_compliant and len(sub.batch_size) >= batch_dims:  # type: ignore[operator]
+            continue
+        _auto_batch_size(sub, batch_dims, keep_compliant)
     shapes = [leaf.shape for _, leaf in td.items(True, True)]
     common: list = []
     if shapes:

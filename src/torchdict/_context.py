@@ -110,6 +110,9 @@ def _run_then(child: Any, raised: bool, record: tuple, snapshot: Any) -> None:
         record[2]()
 
 
+_INVERSES: list = []  # every inverse given to write_back
+
+
 def write_back(inverse: Inverse, *, shares_leaves: bool = False) -> Callable[[Callable], Callable]:
     """Declare a method as an op whose result writes back to ``self`` when used in ``with``.
 
@@ -123,6 +126,11 @@ def write_back(inverse: Inverse, *, shares_leaves: bool = False) -> Callable[[Ca
     write back.
     """
 
+    # The inverse is read from a module-level table when an op runs, not from the closure: torch.compile
+    # can rebuild (return from compiled code) a function it reached through a module global only.
+    position = len(_INVERSES)
+    _INVERSES.append(inverse)
+
     def decorate(method: Callable) -> Callable:
         @functools.wraps(method)
         def op(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -131,9 +139,9 @@ def write_back(inverse: Inverse, *, shares_leaves: bool = False) -> Callable[[Ca
                 if self._cm is not None:
                     _set_pending(self, None)
             elif result._cm is None:
-                result._cm = (_write_back, inverse, shares_leaves, _ref(self), args, kwargs)
+                result._cm = (_write_back, _INVERSES[position], shares_leaves, _ref(self), args, kwargs)
             else:
-                _set_pending(result, (_write_back, inverse, shares_leaves, _ref(self), args, kwargs))
+                _set_pending(result, (_write_back, _INVERSES[position], shares_leaves, _ref(self), args, kwargs))
             return result
 
         op.write_back_inverse = inverse  # type: ignore[attr-defined]

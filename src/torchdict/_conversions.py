@@ -7,11 +7,11 @@ and ``data_ptr``, with upstream tensordict's signatures.
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Any, List, Optional, Union
+from typing import Any, List, Optional, Sequence, Union
 
 import torch
 
-from ._apply import tensor_leaves, unwrap
+from ._apply import rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
 from .nontensor import NonTensorData, NonTensorStack
 
@@ -25,6 +25,24 @@ def _distinct(leaves: List[torch.Tensor], count_duplicates: bool) -> List[torch.
     if count_duplicates:
         return leaves
     return list({id(leaf): leaf for leaf in leaves}.values())
+
+
+def _ordered_leaves(td: Any, order: Any) -> List[torch.Tensor]:
+    """The tensor leaves in ``keys(True, True)`` order, by sorted key (``order=True``), or in the order of a
+    list naming every leaf key (anything else is a ``RuntimeError``, as upstream)."""
+    from ._keys import key_to_tuple
+
+    pairs = [(key, leaf) for key, leaf in td.items(include_nested=True, leaves_only=True)
+             if isinstance(leaf, torch.Tensor)]
+    if order is None or order is False:
+        return [leaf for _, leaf in pairs]
+    by_key = {key_to_tuple(key): leaf for key, leaf in pairs}
+    if order is True:
+        return [by_key[key] for key in sorted(by_key, key=".".join)]
+    wanted = [key_to_tuple(key) for key in order]
+    if set(wanted) != set(by_key) or len(wanted) != len(by_key):
+        raise RuntimeError("The provided set of keys differs from the tensordict list of keys.")
+    return [by_key[key] for key in wanted]
 
 
 class ConversionsMixin:
@@ -55,6 +73,67 @@ class ConversionsMixin:
             else:
                 storage[key] = value.clone()
         return TensorDict._new_unsafe(storage, self._batch_size, self._device, self._names)
+
+    def as_tensor(self) -> Any:
+        """The leaves converted with their own ``as_tensor()`` method where they have one (kept otherwise:
+        plain tensors and memory-mapped tensors have none); a locked TensorDict gives a locked result."""
+        def convert(leaf: torch.Tensor) -> torch.Tensor:
+            method = getattr(type(leaf), "as_tensor", None)
+            return leaf.as_tensor() if callable(method) else leaf
+
+        result = rebuild(self, iter([convert(leaf) for leaf in tensor_leaves(self)]), self._batch_size)
+        if self._is_locked:
+            result._lock_tree()
+        return result
+
+    def cat_from_tensordict(self, dim: int = 0, *, sorted: Any = None, out: Optional[torch.Tensor] = None
+                            ) -> torch.Tensor:
+        """``torch.cat`` of every tensor leaf (``dim`` counts the leaves' dims); ``sorted=True`` orders the leaves
+        by key, a list of every leaf key gives the order.
+
+        >>> td = TensorDict(a=torch.zeros(2, 1), b=torch.ones(2, 1), batch_size=[2])
+        >>> td.cat_from_tensordict(1)
+        tensor([[0., 1.],
+                [0., 1.]])
+        """
+        leaves = _ordered_leaves(self, sorted)
+        return torch.cat(leaves, dim) if out is None else torch.cat(leaves, dim, out=out)
+
+    def stack_from_tensordict(self, dim: int = 0, *, sorted: Any = None, out: Optional[torch.Tensor] = None
+                              ) -> torch.Tensor:
+        """``torch.stack`` of every tensor leaf (they must share one shape); ``sorted`` as in
+        :meth:`cat_from_tensordict`."""
+        leaves = _ordered_leaves(self, sorted)
+        return torch.stack(leaves, dim) if out is None else torch.stack(leaves, dim, out=out)
+
+    def densify(self, layout: torch.layout = torch.strided) -> Any:
+        """This TensorDict with every lazy stack it holds made dense (a TensorDict: equal shapes stacked, others
+        as nested tensors of ``layout`` along the stack dim); a TensorDict without lazy stacks gives a new
+        TensorDict over the same leaves."""
+        from ._densify import densify
+
+        return densify(self, layout)
+
+    def attrs(self, *, fields: Sequence[str] = ("device", "dtype", "shape"), num_threads: Optional[int] = None) -> Any:
+        """A TensorDict (no batch dims) describing each tensor leaf with a :class:`~torchdict.TensorAttrs` (its
+        ``fields``: device, dtype, shape); non-tensor entries are kept.
+
+        >>> TensorDict(a=torch.zeros(3), batch_size=[3]).attrs()["a"].tgt_dtype
+        torch.float32
+        """
+        from ._tensor_attrs import attrs
+
+        return attrs(self, fields, num_threads)
+
+    def to_pytree(self) -> Any:
+        """The nested lists / tuples / dicts ``from_pytree`` built this TensorDict from (self when it was not).
+
+        >>> TensorDict.from_pytree({"a": [torch.zeros(2), torch.ones(2)]}).to_pytree()
+        {'a': [tensor([0., 0.]), tensor([1., 1.])]}
+        """
+        from ._pytree_convert import to_pytree
+
+        return to_pytree(self)
 
     def to_namedtuple(self, dest_cls: Optional[Any] = None) -> Any:
         """The entries as a namedtuple of class ``GenericDict`` (a new class per level, fields in key

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 import torch
 
+from . import _options
 from ._accel import tensor_len  # re-exported: the first size of a tensor, the cheapest batch check
 from ._base import TensorCollection
 from ._errors import batch_mismatch_error
@@ -102,8 +103,22 @@ def _sequence_to_leaf(value: Any, batch_size: torch.Size, device: Optional[torch
             return torch.tensor(value, device=device)
         except (TypeError, ValueError, RuntimeError):
             pass
+    if _options.LIST_TO_STACK is False or isinstance(value, tuple):
+        # A tuple, or any sequence under set_list_to_stack(False), is one value, which upstream stores as an array.
+        return NonTensorData(_as_array(value), batch_size, device)
     stack = NonTensorStack.from_nested_list(list(value) if isinstance(value, tuple) else value)
     return stack
+
+
+def _as_array(value: Any) -> Any:
+    import numpy
+
+    try:
+        return numpy.array(value)
+    except ValueError:  # ragged nesting: numpy refuses it as a regular array
+        array = numpy.empty(len(value), dtype=object)
+        array[:] = list(value)
+        return array
 
 
 def fits_batch(shape: torch.Size, batch_size: torch.Size) -> bool:

@@ -330,18 +330,18 @@ class ExtrasMixin:
         return lazy_stack(list(self.unbind(position)), position)
 
     @classmethod
-    def lazy_stack(cls, items: Any, dim: int = 0) -> Any:
-        """:func:`torchdict.lazy_stack`: stack ``items`` without copying."""
+    def lazy_stack(cls, input: Any, dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
+        """:func:`torchdict.lazy_stack`: stack ``input`` without copying (``out`` receives the values)."""
         from .lazy import lazy_stack
 
-        return lazy_stack(items, dim)
+        return lazy_stack(input, dim, out=out, **kwargs)
 
     @classmethod
-    def maybe_dense_stack(cls, items: Any, dim: int = 0) -> Any:
+    def maybe_dense_stack(cls, input: Any, dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
         """:func:`torchdict.maybe_dense_stack`: a dense stack when the items share their keys, else a lazy one."""
         from .lazy import maybe_dense_stack
 
-        return maybe_dense_stack(items, dim)
+        return maybe_dense_stack(input, dim, out=out, **kwargs)
 
     # ------------------------------------------------------------------ gradients
 

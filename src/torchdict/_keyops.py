@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+from torch.compiler import is_dynamo_compiling
 
 from ._base import TensorCollection
 from ._errors import MessageKeyError, missing_key_error
@@ -61,7 +62,7 @@ def rename_key_(td: Any, old_key: Any, new_key: Any, safe: bool) -> Any:
 
 
 def select(td: Any, keys: tuple, *, inplace: bool, strict: bool) -> Any:
-    if not inplace:
+    if not inplace and not is_dynamo_compiling():  # (Dynamo can't trace join's TypeError: the general path)
         # The common call, flat str keys: one dict read each, no key tree. join raises TypeError
         # unless every key is a str; those calls, and a missing key, take the general path below
         # (which words the error, or skips the key when not strict).
@@ -277,3 +278,14 @@ def _merge_disjoint(target: Any, source: Any, prefix: tuple) -> None:
             _merge_disjoint(_as_td(existing), _as_td(value), prefix + (key,))
         else:
             raise _unflatten_collision(prefix + (key,))
+
+
+def transform_keys(td: Any, key_transform: Callable[[str], str]) -> Any:
+    """A TensorDict over the same leaves whose every key (at every level) is ``key_transform(key)``."""
+    storage = {}
+    for key, value in td._tensordict.items():
+        if isinstance(value, TensorCollection) and hasattr(value, "_tensordict") and \
+                isinstance(getattr(value, "_tensordict"), dict):
+            value = transform_keys(value, key_transform)
+        storage[key_transform(key)] = value
+    return td._new_like(storage)

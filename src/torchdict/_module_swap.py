@@ -33,6 +33,7 @@ Example::
 """
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -42,10 +43,9 @@ from torch.nn.parameter import UninitializedTensorMixin  # type: ignore[attr-def
 from ._base import TensorCollection
 from ._context import set_exit_action
 from ._errors import MessageKeyError
-from ._params import TensorDictParams
 from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
 
-__all__ = ["ModuleMixin", "TensorDictParams"]
+__all__ = ["ModuleMixin"]
 
 _Tensor = torch.Tensor
 _Parameter = nn.Parameter
@@ -55,6 +55,12 @@ _MISSING: Any = object()
 
 # (dict of the module, attribute name, value to put back)
 _RestoreList = List[Tuple[Dict[str, Any], str, Any]]
+
+
+def _is_params(module: Any) -> bool:
+    # TensorDictParams is imported on first use (torchdict.__getattr__): none exists before its module.
+    params = sys.modules.get("torchdict._params")
+    return params is not None and isinstance(module, params.TensorDictParams)
 
 
 def _unwrap(collection: Any) -> Any:
@@ -67,7 +73,7 @@ def _unwrap(collection: Any) -> Any:
 
 def _walk_module(module: nn.Module, new: Callable, filter_empty: bool) -> Any:
     """A TensorDict of the module's own parameters, buffers and (recursively) submodules."""
-    if isinstance(module, TensorDictParams):
+    if _is_params(module):
         # Its leaves are registered under dotted names; give back its TensorDict's nesting (same leaves).
         tree = module._leaves_tree()
         return None if filter_empty and tree.is_empty() else tree
@@ -107,6 +113,8 @@ def from_module(cls: Any, module: nn.Module, as_module: bool = False, lock: bool
         if result is None:
             result = cls._new_unsafe({}, _NO_BATCH)
     if as_module:
+        from ._params import TensorDictParams
+
         return TensorDictParams(result, no_convert=True, lock=lock)
     if lock:
         result._lock_tree()
@@ -131,15 +139,27 @@ def _nest_flat_dict(cls: Any, flat: Any) -> Any:
 
 
 def from_modules(cls: Any, modules: tuple, as_module: bool = False, lock: bool = True,
-                 use_state_dict: bool = False, expand_identical: bool = False) -> Any:
+                 use_state_dict: bool = False, expand_identical: bool = False, lazy_stack: bool = False) -> Any:
     if not modules:
         raise ValueError("from_modules needs at least one module.")
     for module in modules:
         _check_module(module, "from_modules")
     members = [from_module(cls, module, use_state_dict=use_state_dict) for module in modules]
+    if lazy_stack:
+        # The modules' own parameters, kept in a lazy stack (no copy), as upstream's lazy_stack=True.
+        if as_module:
+            raise RuntimeError("Using a LazyStackedTensorDict within a TensorDictParams isn't permitted.")
+        from .lazy import lazy_stack as stack_lazily
+
+        result = stack_lazily(members, 0)
+        if lock:
+            result.lock_()
+        return result
     with torch.no_grad():
         result = _stack_members(members, (), expand_identical)
     if as_module:
+        from ._params import TensorDictParams
+
         return TensorDictParams(result, no_convert=True, lock=lock)
     if lock:
         result._lock_tree()
@@ -246,8 +266,13 @@ def _shapes_differ(value: _Tensor, current: _Tensor) -> bool:
 
 
 def _swap_level(storage: dict, module: nn.Module, restore: _RestoreList, path: tuple, seen: dict,
-                new: Callable) -> Any:
-    """Swap one level in; returns the old values (a TensorDict) and records each swap in ``restore``."""
+                new: Callable, preserve: bool = True) -> Any:
+    """Swap one level in; returns the old values (a TensorDict) and records each swap in ``restore``.
+
+    ``preserve`` (upstream's ``preserve_module_state``): the leaf goes into the parameter's or buffer's slot
+    (the registration is kept; the leaf object itself, not a Parameter wrapping it, so ``module.weight is
+    td["weight"]``); without it, a plain leaf replaces a parameter as a plain attribute (deregistered until
+    the swap is undone), as upstream's ``preserve_module_state=False``."""
     state = module.__dict__
     params = state["_parameters"]
     buffers = state["_buffers"]
@@ -270,6 +295,12 @@ def _swap_level(storage: dict, module: nn.Module, restore: _RestoreList, path: t
                     if differ:
                         raise _shape_error(module, path, key, value, current)
                 old_values[key] = current
+            if not preserve and slot is params and isinstance(current, nn.Parameter) and \
+                    not isinstance(value, nn.Parameter):
+                del params[key]
+                state[key] = value
+                restore.append((_Deregistered(state, params), key, current))
+                continue
             slot[key] = value
             restore.append((slot, key, current))
         elif isinstance(value, TensorCollection):
@@ -281,11 +312,25 @@ def _swap_level(storage: dict, module: nn.Module, restore: _RestoreList, path: t
                 # A submodule reachable twice (shared) is swapped once: the first entry wins,
                 # and both entries of the result hold its original values.
                 done = seen[id(child)] = _swap_level(_unwrap(value)._tensordict, child, restore,
-                                                     path + (key,), seen, new)
+                                                     path + (key,), seen, new, preserve)
             old_values[key] = done
         else:
             raise _missing_attribute(module, path, key, value)
     return new(old_values, _NO_BATCH)
+
+
+class _Deregistered:
+    """A restore slot for a parameter replaced by a plain attribute: undoing it registers the parameter again."""
+
+    __slots__ = ("state", "params")
+
+    def __init__(self, state: dict, params: dict) -> None:
+        self.state = state
+        self.params = params
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.state.pop(key, None)
+        self.params[key] = value
 
 
 def _undo(restore: _RestoreList) -> None:
@@ -294,10 +339,12 @@ def _undo(restore: _RestoreList) -> None:
         slot[key] = old
 
 
-def _swap_into(td: Any, module: nn.Module, return_swap: bool, swap_dest: Any) -> Any:
+def _swap_into(td: Any, module: nn.Module, return_swap: bool, swap_dest: Any, preserve: bool = True,
+               memo: Optional[dict] = None) -> Any:
     restore: _RestoreList = []
     try:
-        swap = _swap_level(td._tensordict, module, restore, (), {}, type(td)._new_unsafe)
+        swap = _swap_level(td._tensordict, module, restore, (), {} if memo is None else memo, type(td)._new_unsafe,
+                           preserve)
         if swap_dest is not None:
             swap_dest.update(swap)
             swap = swap_dest
@@ -414,13 +461,14 @@ def _load_state_dict(td: Any, module: nn.Module, inplace: bool, return_swap: boo
 
 
 def to_module(td: Any, module: nn.Module, *, inplace: Optional[bool] = False, return_swap: bool = True,
-              swap_dest: Any = None, use_state_dict: bool = False, non_blocking: bool = False) -> Any:
+              swap_dest: Any = None, use_state_dict: bool = False, non_blocking: bool = False,
+              preserve_module_state: bool = True, memo: Optional[dict] = None) -> Any:
     _check_module(module, "to_module")
     if use_state_dict:
         return _load_state_dict(td, module, bool(inplace), return_swap, swap_dest)
     if inplace:
         return _copy_into(td, module, return_swap, swap_dest, non_blocking)
-    return _swap_into(td, module, return_swap, swap_dest)
+    return _swap_into(td, module, return_swap, swap_dest, preserve_module_state, memo)
 
 
 # ------------------------------------------------------------------------------------------- mixin
@@ -450,13 +498,13 @@ class ModuleMixin:
 
     @classmethod
     def from_modules(cls, *modules: nn.Module, as_module: bool = False, lock: bool = True,
-                     use_state_dict: bool = False, expand_identical: bool = False) -> Any:
+                     use_state_dict: bool = False, lazy_stack: bool = False, expand_identical: bool = False) -> Any:
         """The parameters of several modules of one architecture, stacked into batch ``[len(modules)]``.
 
         The stacked leaves are new tensors (Parameters where the modules had
         Parameters), for ensembles run with ``torch.vmap`` and ``to_module``.
         ``expand_identical=True`` expands a tensor shared by all modules instead
-        of copying it.
+        of copying it. ``lazy_stack=True`` keeps each module's own parameters in a lazy stack instead.
 
         >>> from torch import nn
         >>> from torchdict import TensorDict
@@ -465,15 +513,19 @@ class ModuleMixin:
         (torch.Size([2]), torch.Size([2, 4, 3]))
         """
         return from_modules(cls, modules, as_module=as_module, lock=lock, use_state_dict=use_state_dict,
-                            expand_identical=expand_identical)
+                            expand_identical=expand_identical, lazy_stack=lazy_stack)
 
     def to_module(self, module: nn.Module, *, inplace: Optional[bool] = False, return_swap: bool = True,
-                  swap_dest: Any = None, use_state_dict: bool = False, non_blocking: bool = False) -> Any:
+                  swap_dest: Any = None, use_state_dict: bool = False, non_blocking: bool = False,
+                  preserve_module_state: bool = True, memo: Optional[dict] = None) -> Any:
         """Write this TensorDict's leaves into ``module``'s parameters and buffers.
 
         ``inplace=True`` copies into the existing tensors (their identity is
-        kept); otherwise the leaves replace them (a plain tensor is not wrapped
-        in a Parameter, so gradients flow back to it). Returns the previous
+        kept); otherwise the leaves replace them in their parameter / buffer slots
+        (``preserve_module_state=True``; a plain tensor is not wrapped in a Parameter, so gradients flow
+        back to it and ``module.weight is td["weight"]``); ``preserve_module_state=False`` writes a plain
+        leaf over a parameter as a plain attribute (deregistered until the swap is undone), as upstream.
+        ``memo`` shares the record of submodules already swapped. Returns the previous
         values as a TensorDict (into ``swap_dest`` if given; None with
         ``return_swap=False``); used as a context manager, the previous values
         come back when the block ends, also when it raises. A missing key
@@ -492,4 +544,5 @@ class ModuleMixin:
         True
         """
         return to_module(self, module, inplace=inplace, return_swap=return_swap, swap_dest=swap_dest,
-                         use_state_dict=use_state_dict, non_blocking=non_blocking)
+                         use_state_dict=use_state_dict, non_blocking=non_blocking,
+                         preserve_module_state=preserve_module_state, memo=memo)

@@ -11,8 +11,9 @@ structure in another form.
 """
 from __future__ import annotations
 
+import warnings
 from operator import is_not, methodcaller
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -72,20 +73,45 @@ def clone(td: Any, recurse: bool = True) -> Any:
 
 
 # --------------------------------------------------------------------------- to()
+# How leaves are copied, as upstream (docs/devices.md):
+# * non_blocking=None (the default): every copy is issued with non_blocking=True, and a move to a
+#   device other than CUDA (e.g. to the host) waits once, after the last copy, if a leaf came from
+#   an accelerator: the caller can read the result at once. Under torch.compile these copies block.
+# * non_blocking=True: no wait; synchronise before reading a result on the host.
+# * non_blocking=False: blocking copies.
+# A leaf already on the target device is kept (no .to call): a device check per leaf.
+
+_is_cpu = _Tensor.is_cpu.__get__  # type: ignore[attr-defined]  # (a getset descriptor)
+_device_of = _Tensor.device.__get__  # type: ignore[attr-defined]
 
 
 def _parse_to(args: tuple, kwargs: dict) -> tuple:
     """``(device, dtype, non_blocking, batch_size)`` from the ways ``Tensor.to`` can be called."""
+    device, dtype, non_blocking, batch_size, _, _ = parse_to_call(args, kwargs)
+    return device, dtype, bool(non_blocking), batch_size
+
+
+def parse_to_call(args: tuple, kwargs: dict) -> tuple:
+    """``(device, dtype, non_blocking, batch_size, non_blocking_pin, num_threads)`` of a ``to()`` call.
+
+    ``non_blocking`` is None unless given: by keyword, or as a positional bool after the device,
+    dtype or tensor (a positional True is read as None, with upstream's FutureWarning).
+    """
+    keyword = "non_blocking" in kwargs
     device = kwargs.pop("device", None)
     dtype = kwargs.pop("dtype", None)
-    non_blocking = kwargs.pop("non_blocking", False)
+    non_blocking = kwargs.pop("non_blocking", None)
     batch_size = kwargs.pop("batch_size", None)
+    pin = bool(kwargs.pop("non_blocking_pin", False))
+    num_threads = kwargs.pop("num_threads", None)
     kwargs.pop("copy", None)
     if kwargs:
         raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}.")
     positional = list(args)
     if positional and isinstance(positional[-1], bool):
-        non_blocking = positional.pop()
+        flag = positional.pop()
+        if not keyword:
+            non_blocking = _positional_non_blocking(flag)
     for arg in positional:
         if isinstance(arg, torch.dtype):
             dtype = arg
@@ -98,39 +124,117 @@ def _parse_to(args: tuple, kwargs: dict) -> tuple:
         else:
             raise TypeError(f"to() cannot take an argument of type {type(arg).__name__}.")
     device = parse_device(device) if device is not None else None
-    return device, dtype, bool(non_blocking), batch_size
+    return device, dtype, non_blocking, batch_size, pin, num_threads
+
+
+def _positional_non_blocking(flag: bool) -> Optional[bool]:
+    if not flag:
+        return False
+    if not torch.compiler.is_compiling():
+        warnings.warn("to() ignores a positional non_blocking=True: it copies as for the default non_blocking=None, "
+                      "which synchronizes after a copy to a device other than CUDA. Pass non_blocking=True by "
+                      "keyword to skip that synchronization, or drop it to keep the current behaviour.",
+                      FutureWarning, stacklevel=4)
+    return None
+
+
+def check_device_exists(device: torch.device) -> None:
+    """Raise torch's own error now, before any leaf moves, for an accelerator index that does not exist."""
+    if device.type in ("cpu", "meta") or device.index is None or torch.compiler.is_compiling():
+        return
+    module = getattr(torch, device.type, None)
+    count = getattr(module, "device_count", None)
+    if count is not None and device.index >= count():
+        torch.empty(0, device=device)  # raises torch's error for this device
+        raise RuntimeError(f"{device} does not exist: there are {count()} {device.type} devices.")
+
+
+def _all_on(leaves: list, device: torch.device) -> bool:
+    """Every leaf on ``device`` already: one C-level pass (``is_cpu`` for the CPU, cheaper than a device)."""
+    if device.type == "cpu":
+        return all(map(_is_cpu, leaves))
+    return set(map(_device_of, leaves)) <= {device}
 
 
 @write_back(undo_to)  # here rather than on the method: its already-there fast path stays free
 def to(td: Any, *args: Any, **kwargs: Any) -> Any:
     """``td`` moved/cast like ``Tensor.to``; ``td`` itself when nothing changes."""
-    device, dtype, non_blocking, batch_size = _parse_to(args, kwargs)
+    device, dtype, non_blocking, batch_size, pin, num_threads = parse_to_call(args, kwargs)
     if batch_size is not None:
         td.batch_size = parse_batch_size(batch_size)
     moving = device is not None and device != td._device
     if not moving and dtype is None:
         return td
-    if device is None and not non_blocking and dtype in _CAST_METHODS:
-        convert = _CAST_METHODS[dtype]  # ``leaf.double()`` is faster than ``leaf.to(torch.float64)``
-    else:
-        target = tuple(item for item in (device, dtype) if item is not None)
-        convert = methodcaller("to", *target, non_blocking=True) if non_blocking else methodcaller("to", *target)
+    if moving and dtype is None and getattr(td, "_consolidated", None) is not None:
+        from . import _consolidate
+
+        if _consolidate.is_consolidated(td):
+            check_device_exists(device)
+            return _consolidate.to_consolidated(td, device, non_blocking, pin)
     storage = td._tensordict
     flat_leaves = flat_tensors(storage)
     flat = flat_leaves is not None
     leaves = flat_leaves if flat_leaves is not None else tensor_leaves(td)
-    results = list(map(convert, leaves))
+    if moving and dtype is None and not pin and _all_on(leaves, device):
+        results = leaves  # nothing to copy: a new TensorDict on that device over the same leaves
+        wait = False
+    else:
+        if moving:
+            check_device_exists(device)
+        results, wait = _convert(leaves, device if moving else None, dtype, non_blocking, pin, num_threads)
     if not moving and not any(map(is_not, results, leaves)):
         return td  # every leaf already had that dtype (Tensor.to returned it)
     if flat and not moving:
         result = td._new_like(dict(zip(storage, results)))
+    elif flat:
+        result = td._new_unsafe(dict(zip(storage, results)), td._batch_size, device, td._names)
     elif moving:
         result = rebuild(td, iter(results), td._batch_size, non_tensor=_non_tensor_to(device), device=device)
     else:
         result = rebuild(td, iter(results), td._batch_size)
     if td._is_locked:
         result._lock_tree()
+    if wait:
+        from ._consolidate import sync_transfers
+
+        sync_transfers()
     return result
+
+
+def copy_mode(device: Optional[torch.device], non_blocking: Optional[bool], compiling: bool,
+              all_on_host: Callable[[], bool]) -> tuple:
+    """``(copy asynchronously, wait once after the copies)`` for ``to(device, non_blocking=...)``.
+
+    The default (None) copies asynchronously and, for a target other than CUDA (its stream
+    orders the work that reads the result), waits at the end if a leaf came from an
+    accelerator (``all_on_host()`` is False): the host may read the result at once. Under
+    torch.compile such copies block instead (the wait can't be traced). True never waits;
+    False blocks.
+    """
+    if non_blocking is not None:
+        return bool(non_blocking), False
+    if device is None:
+        return False, False
+    if device.type != "cuda" and compiling:
+        return False, False
+    return True, device.type != "cuda" and not all_on_host()
+
+
+def _convert(leaves: list, device: Optional[torch.device], dtype: Optional[torch.dtype],
+             non_blocking: Optional[bool], pin: bool, num_threads: Optional[int]) -> tuple:
+    """``(converted leaves, whether to wait for the copies)`` for ``to(device, dtype)``."""
+    asynchronous, wait = copy_mode(device, non_blocking, torch.compiler.is_compiling(),
+                                   lambda: all(map(_is_cpu, leaves)))
+    if device is None and not asynchronous and dtype in _CAST_METHODS:
+        convert = _CAST_METHODS[dtype]  # ``leaf.double()`` is faster than ``leaf.to(torch.float64)``
+    else:
+        target = tuple(item for item in (device, dtype) if item is not None)
+        convert = methodcaller("to", *target, non_blocking=True) if asynchronous else methodcaller("to", *target)
+    if pin:
+        from ._consolidate import _pin_all
+
+        leaves = _pin_all(leaves, num_threads)
+    return list(map(convert, leaves)), wait
 
 
 def _non_tensor_to(device: torch.device) -> Any:
@@ -167,23 +271,6 @@ def is_shared(td: Any) -> bool:
     return bool(leaves) and all(_leaf_is_shared(leaf) for leaf in leaves)
 
 
-def pin_memory(td: Any, inplace: bool = False) -> Any:
-    """Every leaf in page-locked memory (needs an accelerator; torch raises without one)."""
-    if not inplace:
-        return _map_leaves(td, _Tensor.pin_memory)
-    _replace_leaves(td, _Tensor.pin_memory)
-    return td
-
-
-def _replace_leaves(td: Any, fn: Any) -> None:
-    storage = td._tensordict
-    for key, leaf in list(storage.items()):
-        if isinstance(leaf, _Tensor):
-            storage[key] = fn(leaf)
-        elif isinstance(leaf, TensorCollection):
-            _replace_leaves(unwrap(leaf), fn)
-
-
 # --------------------------------------------------------------------------- autograd
 
 
@@ -211,6 +298,17 @@ def _contiguous(leaf: torch.Tensor) -> torch.Tensor:
     return leaf.contiguous()
 
 
+def _canonical(leaf: torch.Tensor) -> torch.Tensor:
+    """``leaf`` with the row-major strides of its shape (copied unless it has them already)."""
+    expected, step = [], 1
+    for size in reversed(leaf.shape):
+        expected.append(step)
+        step *= max(size, 1)
+    if leaf.is_contiguous() and tuple(reversed(expected)) == leaf.stride():
+        return leaf
+    return leaf.clone(memory_format=torch.contiguous_format)
+
+
 # --------------------------------------------------------------------------- the mixin
 
 #: Casting shortcuts: method name -> dtype (``td.float()`` is ``td.to(torch.float32)``).
@@ -220,7 +318,10 @@ CASTS = {
     "float16": torch.float16, "float32": torch.float32, "float64": torch.float64,
     "int8": torch.int8, "int16": torch.int16, "int32": torch.int32, "int64": torch.int64,
     "uint8": torch.uint8, "complex64": torch.complex64, "complex128": torch.complex128,
+    "uint16": torch.uint16, "uint32": torch.uint32, "uint64": torch.uint64, "complex32": torch.complex32,
 }
+# Upstream's quantized shorthands: torch can't cast a tensor to these with ``to`` (it raises, as upstream's do).
+QUANTIZED_CASTS = {"qint8": torch.qint8, "qint32": torch.qint32, "quint8": torch.quint8, "quint4x2": torch.quint4x2}
 
 
 class MovesMixin:
@@ -277,9 +378,19 @@ class MovesMixin:
         """
         return requires_grad_(self, requires_grad)
 
-    def contiguous(self) -> Any:
-        """Every leaf contiguous in memory (leaves that already are are shared); unlocked, as upstream."""
-        return _map_leaves(self, _contiguous)
+    def contiguous(self, *, canonical: bool = False, inplace: bool = False) -> Any:
+        """Every leaf contiguous in memory (leaves that already are are shared); unlocked, as upstream.
+
+        ``canonical=True`` also copies a leaf whose strides are not the row-major ones of its shape (which
+        ``is_contiguous`` may accept with dims of size 1); ``inplace=True`` replaces the leaves of this
+        TensorDict (its identity, keys and nested TensorDicts kept) and returns it.
+        """
+        result = _map_leaves(self, _canonical if canonical else _contiguous)
+        if not inplace:
+            return result
+        from ._inplace_results import take_over
+
+        return take_over(self, result, allow_locked=True)
 
     def is_contiguous(self) -> bool:
         """True when every leaf is contiguous."""
@@ -314,20 +425,38 @@ class MovesMixin:
         return to(self, *args, **kwargs)
 
     def cpu(self, **kwargs: Any) -> Any:
-        """``to("cpu")``."""
-        return to(self, "cpu", **kwargs)
+        """``to("cpu", **kwargs)``: self when its device is already the CPU."""
+        return self.to("cpu", **kwargs)
 
     def cuda(self, device: Any = None, **kwargs: Any) -> Any:
-        """``to("cuda")`` (or ``to("cuda:<device>")`` for an int ``device``)."""
-        if device is None:
-            device = "cuda"
-        elif isinstance(device, int):
-            device = f"cuda:{device}"
-        return to(self, device, **kwargs)
+        """``to(cuda device)``: ``None`` is the current CUDA device, an int (or a str of digits) an index.
 
-    def type(self, dtype: torch.dtype) -> Any:
-        """``to(dtype)``."""
-        return to(self, dtype)
+        A device that is not a CUDA one raises ``RuntimeError``.
+        """
+        if device is None:
+            device = torch.device("cuda")
+        elif isinstance(device, torch.device) or (isinstance(device, str) and not device.isdigit()):
+            device = torch.device(device)
+            if device.type != "cuda":
+                raise RuntimeError(f"Invalid device {device}, must be a cuda device.")
+        else:
+            device = f"cuda:{device}"
+        return self.to(device, **kwargs)
+
+    def type(self, dst_type: Any, *, cast_filter: Optional[Callable[..., bool]] = None) -> Any:
+        """Every tensor leaf through ``Tensor.type(dst_type)`` (a dtype, or a name such as
+        ``"torch.IntTensor"``); ``cast_filter(key, leaf)`` selects the leaves to cast. As upstream, the result
+        of a locked TensorDict is unlocked (with a ``FutureWarning``)."""
+        if self._is_locked:
+            warnings.warn("type() returns an unlocked tensordict for a locked one. Starting with TensorDict 0.17, "
+                          "the default will change to a locked result, as the other casts return.", FutureWarning,
+                          stacklevel=2)
+        cast = methodcaller("type", dst_type)
+        if cast_filter is None:
+            return _map_leaves(self, cast)
+        from ._cast_filter import cast_filtered
+
+        return cast_filtered(self, cast, cast_filter, keep_lock=False)
 
     def share_memory_(self) -> Any:
         """Move every leaf to shared memory and lock the TensorDict; returns self.
@@ -343,19 +472,90 @@ class MovesMixin:
         return is_shared(self)
 
     def pin_memory(self, num_threads: Optional[int] = None, inplace: bool = False) -> Any:
-        """Every leaf in page-locked memory (``inplace=True`` replaces the leaves of self)."""
-        return pin_memory(self, inplace)
+        """Every tensor leaf in page-locked (pinned) memory, for fast and asynchronous copies to an accelerator.
+
+        ``num_threads`` pins on that many threads (``None`` / ``0``: the calling one). ``inplace=True``
+        replaces the leaves of self and returns self (a locked TensorDict keeps its leaves). Needs an
+        accelerator: without one torch raises. See docs/devices.md.
+        """
+        from ._consolidate import pin_memory
+
+        return pin_memory(self, num_threads, inplace)
+
+    def pin_memory_(self, num_threads: int = 0) -> Any:
+        """``pin_memory(num_threads, inplace=True)``: self, its leaves pinned (deprecated, as upstream)."""
+        from ._consolidate import pin_memory
+
+        warnings.warn(f"{type(self).__name__}.pin_memory_() is deprecated: use pin_memory(inplace=True) instead.",
+                      DeprecationWarning, stacklevel=2)
+
+        return pin_memory(self, num_threads, True)
+
+    def record_stream(self, stream: Any) -> Any:
+        """Mark every tensor leaf as used by the CUDA ``stream`` (``Tensor.record_stream``); returns self.
+
+        Its memory is then not reused before the work queued on ``stream`` is done. A
+        TensorDict is tied to one stream: another one raises ``RuntimeError``.
+        """
+        from ._consolidate import record_stream
+
+        return record_stream(self, stream)
+
+    def consolidate(self, filename: Any = None, *, num_threads: Any = 0, device: Any = None,
+                    non_blocking: bool = False, inplace: bool = False, return_early: bool = False,
+                    use_buffer: bool = False, share_memory: bool = False, pin_memory: bool = False,
+                    metadata: bool = False) -> Any:
+        """Every tensor leaf as a view into one flat byte storage (upstream's layout); the result is locked.
+
+        ``to(device)`` then moves the whole storage in one copy. ``filename`` maps a file as the
+        storage and writes the structure after it (:func:`from_consolidated` reads it back);
+        ``device`` places the storage (default: this TensorDict's device, or the CPU);
+        ``pin_memory`` / ``share_memory`` place it in pinned / shared memory; ``inplace=True``
+        swaps the leaves of self; ``num_threads > 1`` copies by chunks on threads
+        (``return_early=True``: returns a future whose ``result()`` waits). An already
+        consolidated TensorDict is returned as it is. See docs/devices.md.
+
+        >>> td = TensorDict(a=torch.zeros(3), b={"c": torch.ones(3, dtype=torch.int16)}, batch_size=[3])
+        >>> packed = td.consolidate()
+        >>> packed.is_consolidated(), packed.is_locked, packed["b", "c"].untyped_storage().nbytes()
+        (True, True, 24)
+        """
+        from ._consolidate import consolidate
+
+        return consolidate(self, filename, num_threads=num_threads, device=device, non_blocking=non_blocking,
+                           inplace=inplace, return_early=return_early, use_buffer=use_buffer,
+                           share_memory=share_memory, pin_memory=pin_memory, metadata=metadata)
+
+    def is_consolidated(self) -> bool:
+        """True while the tensor leaves are views into the storage :meth:`consolidate` made."""
+        if getattr(self, "_consolidated", None) is None:
+            return False
+        from ._consolidate import is_consolidated
+
+        return is_consolidated(self)
+
+    @classmethod
+    def from_consolidated(cls, filename: Any) -> Any:
+        """What ``consolidate(filename=...)`` wrote, upstream's files too (:func:`torchdict.from_consolidated`)."""
+        from ._consolidate import from_consolidated
+
+        return from_consolidated(filename)
 
 
 def _make_cast(dtype: torch.dtype, name: str) -> Any:
-    def cast(self: Any) -> Any:
-        return to(self, dtype)
+    def cast(self: Any, *, cast_filter: Optional[Callable[..., bool]] = None) -> Any:
+        if cast_filter is None:
+            return to(self, dtype)
+        from ._cast_filter import cast_filtered
+
+        return cast_filtered(self, methodcaller("to", dtype), cast_filter)
 
     cast.__name__ = cast.__qualname__ = name
-    cast.__doc__ = f"``to({dtype})``: every tensor leaf cast to {dtype}."
+    cast.__doc__ = (f"``to({dtype})``: every tensor leaf cast to {dtype}; with ``cast_filter(key, leaf) -> bool``, "
+                    "only the leaves it selects.")
     return cast
 
 
-for _name, _dtype in CASTS.items():
+for _name, _dtype in {**CASTS, **QUANTIZED_CASTS}.items():
     setattr(MovesMixin, _name, _make_cast(_dtype, _name))
 del _name, _dtype

@@ -144,11 +144,30 @@ def stack(leaves: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
         shape = list(first)
         shape.insert(dim, len(leaves))
         raise RuntimeError(f"Stack dim {dim} is too big for batch size {torch.Size(shape)}.")
+    result = captured_stack(leaves, position)
+    if result is not None:
+        return _with_out(result, out, "stack")
     result = _core.combine_non_tensor(leaves, lambda grids: torch.stack(grids, position))
     if type(result) is _core.NonTensorData:  # one value stacked is still a stack
         result = _core.NonTensorStack._from_flat(result._flat_values(), result._batch_size, result._device)
     result._device = _common_device(leaves)
     return _with_out(result, out, "stack")
+
+
+def captured_stack(leaves: Sequence[Any], dim: int) -> Any:
+    """With ``set_capture_non_tensor_stack(True)``, the stack of ``NonTensorData`` leaves that hold equal
+    values, as one ``NonTensorData`` (upstream's capture); otherwise None."""
+    from . import _options
+    from ._indexing import same_value
+
+    if not _options.CAPTURE_NON_TENSOR_STACK:
+        return None
+    first = leaves[0]
+    if not all(type(leaf) is _core.NonTensorData and same_value(leaf._data, first._data) for leaf in leaves):
+        return None
+    sizes = list(first._batch_size)
+    sizes.insert(dim, len(leaves))
+    return _core.NonTensorData._make(first._data, torch.Size(sizes), first._device)
 
 
 def cat(leaves: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:

@@ -19,7 +19,6 @@ through them into the leaves.
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, Optional
 
 import torch
@@ -30,8 +29,9 @@ from ._errors import keys_mismatch_error
 
 _Tensor = torch.Tensor
 _SCALARS = (bool, int, float, complex)
-_dtype_of = operator.attrgetter("dtype")
-_ndim_of = operator.attrgetter("ndim")
+# C-level getters torch.compile can trace too (Dynamo can't call an attrgetter made outside the compiled code).
+_dtype_of = torch.Tensor.dtype.__get__  # type: ignore[attr-defined]  # (a getset descriptor)
+_ndim_of = torch.Tensor.dim
 
 UNSUPPORTED: Any = object()  # what as_operand returns for a type no leaf-wise op accepts
 

@@ -419,9 +419,14 @@ def all_any(td: Any, dim: Any, want_all: bool) -> Any:
 # --------------------------------------------------------------------------- the mixin
 
 
-def _binary_call(td: Any, other: Any, name: str, kwargs: dict, inplace: bool = False) -> Any:
-    """``binary``/``binary_`` for a named method: an unsupported operand type is a TypeError."""
+def _binary_call(td: Any, other: Any, name: str, kwargs: dict, inplace: bool = False, default: Any = None) -> Any:
+    """``binary``/``binary_`` for a named method: an unsupported operand type is a TypeError. ``default``
+    pairs a TensorDict operand with other keys (see ``_binary_default``)."""
     op = BINARY_OPS[name]
+    if default is not None and isinstance(other, TensorCollection):
+        from ._binary_default import binary_with_default
+
+        return binary_with_default(td, other, op.per_leaf, kwargs, default)
     result = binary_(td, other, op, kwargs) if inplace else binary(td, other, op, kwargs)
     if result is UNSUPPORTED:
         suffix = "_" if inplace else ""
@@ -429,9 +434,18 @@ def _binary_call(td: Any, other: Any, name: str, kwargs: dict, inplace: bool = F
     return result
 
 
+#: The binary ops whose out-of-place form takes upstream's ``default=`` (keys only one operand holds).
+_TAKES_DEFAULT = frozenset({"mul", "pow", "maximum", "minimum", "clamp_min", "clamp_max", "logical_and",
+                            "bitwise_and"})
+
+
 def _make_binary(name: str, inplace: bool) -> Callable:
-    def method(self: Any, other: Any) -> Any:
-        return _binary_call(self, other, name, {}, inplace)
+    if not inplace and name in _TAKES_DEFAULT:
+        def method(self: Any, other: Any, *, default: Any = None) -> Any:
+            return _binary_call(self, other, name, {}, default=default)
+    else:
+        def method(self: Any, other: Any) -> Any:
+            return _binary_call(self, other, name, {}, inplace)
 
     method.__name__ = method.__qualname__ = f"{name}_" if inplace else name
     method.__doc__ = (f"``{name}_`` in place on every leaf (allowed on a locked TensorDict); returns self."
@@ -442,24 +456,28 @@ def _make_binary(name: str, inplace: bool) -> Callable:
 
 
 def _make_dunder(op: PointwiseOp, reflected: bool = False, inplace: bool = False) -> Callable:
+    # The op is read from the table by name, not captured: torch.compile can't wrap a PointwiseOp
+    # it finds in the closure of a method reached without a source (e.g. on an intermediate result).
+    name = op.name
     if inplace:
         def dunder(self: Any, other: Any) -> Any:
-            result = binary_(self, other, op, {})
+            result = binary_(self, other, BINARY_OPS[name], {})
             return NotImplemented if result is UNSUPPORTED else result
     else:
         def dunder(self: Any, other: Any) -> Any:
-            result = binary(self, other, op, {}, reflected)
+            result = binary(self, other, BINARY_OPS[name], {}, reflected)
             return NotImplemented if result is UNSUPPORTED else result
     return dunder
 
 
 def _make_unary(op: PointwiseOp, inplace: bool) -> Callable:
+    name = op.name  # looked up by name, as in _make_dunder (torch.compile)
     if inplace:
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return unary_(self, op, args, kwargs)
+            return unary_(self, UNARY_OPS[name], args, kwargs)
     else:
         def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return unary(self, op, args, kwargs)
+            return unary(self, UNARY_OPS[name], args, kwargs)
 
     method.__name__ = method.__qualname__ = f"{op.name}_" if inplace else op.name
     method.__doc__ = (f"``{op.name}_`` in place on every leaf; returns self." if inplace
@@ -509,13 +527,18 @@ class OpsMixin(ReductionsMixin):
     def __invert__(self) -> Any:
         return unary(self, UNARY_OPS["bitwise_not"], (), {})
 
-    def add(self, other: Any, alpha: Any = None) -> Any:
+    def add(self, other: Any, alpha: Any = None, *, default: Any = None) -> Any:
         """``torch.add(leaf, other, alpha=alpha)`` on every leaf.
+
+        With a TensorDict ``other`` whose keys differ, ``default="intersection"`` adds the leaves both hold,
+        and a tensor ``default`` stands in for the missing side (the result holds the keys of both).
 
         >>> TensorDict(a=torch.ones(2)).add(1, alpha=2)["a"]
         tensor([3., 3.])
+        >>> sorted(TensorDict(a=1, b=1).add(TensorDict(b=1, c=1), default="intersection").keys())
+        ['b']
         """
-        return _binary_call(self, other, "add", {} if alpha is None else {"alpha": alpha})
+        return _binary_call(self, other, "add", {} if alpha is None else {"alpha": alpha}, default=default)
 
     def add_(self, other: Any, alpha: Any = None) -> Any:
         """``leaf.add_(other, alpha=alpha)`` on every leaf; returns self (allowed when locked).
@@ -526,38 +549,42 @@ class OpsMixin(ReductionsMixin):
         """
         return _binary_call(self, other, "add", {} if alpha is None else {"alpha": alpha}, inplace=True)
 
-    def sub(self, other: Any, alpha: Any = None) -> Any:
-        """``torch.sub(leaf, other, alpha=alpha)`` on every leaf."""
-        return _binary_call(self, other, "sub", {} if alpha is None else {"alpha": alpha})
+    def sub(self, other: Any, alpha: Any = None, *, default: Any = None) -> Any:
+        """``torch.sub(leaf, other, alpha=alpha)`` on every leaf (``default`` as in :meth:`add`)."""
+        return _binary_call(self, other, "sub", {} if alpha is None else {"alpha": alpha}, default=default)
 
     def sub_(self, other: Any, alpha: Any = None) -> Any:
         """``leaf.sub_(other, alpha=alpha)`` on every leaf; returns self."""
         return _binary_call(self, other, "sub", {} if alpha is None else {"alpha": alpha}, inplace=True)
 
-    def rsub(self, other: Any, *, alpha: Any = None) -> Any:
+    def rsub(self, other: Any, *, alpha: Any = None, default: Any = None) -> Any:
         """``torch.rsub(leaf, other, alpha=alpha)`` (``other - alpha * leaf``) on every leaf.
 
         >>> TensorDict(a=torch.ones(2)).rsub(10, alpha=2)["a"]
         tensor([8., 8.])
         """
-        return _binary_call(self, other, "rsub", {} if alpha is None else {"alpha": alpha})
+        return _binary_call(self, other, "rsub", {} if alpha is None else {"alpha": alpha}, default=default)
 
-    def div(self, other: Any, *, rounding_mode: Optional[str] = None) -> Any:
-        """``torch.div(leaf, other, rounding_mode=...)`` on every leaf."""
-        return _binary_call(self, other, "div", {} if rounding_mode is None else {"rounding_mode": rounding_mode})
+    def div(self, other: Any, *, rounding_mode: Optional[str] = None, default: Any = None) -> Any:
+        """``torch.div(leaf, other, rounding_mode=...)`` on every leaf (``default`` as in :meth:`add`)."""
+        return _binary_call(self, other, "div", {} if rounding_mode is None else {"rounding_mode": rounding_mode},
+                            default=default)
 
     def div_(self, other: Any, *, rounding_mode: Optional[str] = None) -> Any:
         """``leaf.div_(other, rounding_mode=...)`` on every leaf; returns self."""
         return _binary_call(self, other, "div", {} if rounding_mode is None else {"rounding_mode": rounding_mode},
                             inplace=True)
 
-    def clamp(self, min: Any = None, max: Any = None) -> Any:
+    def clamp(self, min: Any = None, max: Any = None, *, out: Any = None) -> Any:
         """``torch.clamp`` on every leaf; bounds are numbers, tensors (from the left) or TensorDicts.
+
+        ``out`` receives the result in place (and is returned).
 
         >>> TensorDict(a=torch.tensor([-2., 0., 2.])).clamp(-1, 1)["a"]
         tensor([-1.,  0.,  1.])
         """
-        return _masking.clamp(self, min, max)
+        result = _masking.clamp(self, min, max)
+        return result if out is None else _into_out(out, result)
 
     def clamp_(self, min: Any = None, max: Any = None) -> Any:
         """``clamp`` in place; returns self."""
@@ -575,10 +602,12 @@ class OpsMixin(ReductionsMixin):
         """``lerp`` in place; returns self."""
         return _masking.lerp(self, end, weight, inplace=True)
 
-    def where(self, condition: torch.Tensor, other: Any, *, out: Any = None, pad: Any = None) -> Any:
+    def where(self, condition: torch.Tensor, other: Any, *, out: Any = None, pad: Any = None,
+              update_batch_size: bool = False) -> Any:
         """``torch.where(condition, leaf, other)`` per leaf; the condition is broadcast from the left.
 
-        ``pad`` fills the keys a TensorDict ``other`` lacks; ``out`` receives the result in place.
+        ``pad`` fills the keys a TensorDict ``other`` lacks; ``out`` takes the result's entries (through
+        ``out.update(result, update_batch_size=update_batch_size)``, as upstream) and is returned.
 
         >>> td = TensorDict(a=torch.ones(3, 2), batch_size=[3])
         >>> td.where(torch.tensor([True, False, True]), 0)["a"][:, 0]
@@ -588,7 +617,7 @@ class OpsMixin(ReductionsMixin):
             other = _with_missing_keys(self, unwrap(other), pad)
         result = _masking.where(self, condition, other)
         if out is not None:
-            out.update_(result)
+            out.update(result, update_batch_size=update_batch_size)
             return out
         return result
 
@@ -601,8 +630,9 @@ class OpsMixin(ReductionsMixin):
         """
         return _masking.masked_fill(self, mask, value)
 
-    def masked_select(self, mask: torch.Tensor) -> Any:
-        """The elements where ``mask`` (a bool tensor of the leading batch dims) is True, as ``td[mask]``.
+    def masked_select(self, mask: torch.Tensor, *, inplace: bool = False) -> Any:
+        """The elements where ``mask`` (a bool tensor of the leading batch dims) is True, as ``td[mask]``;
+        ``inplace=True`` makes this TensorDict hold them (its identity and nested TensorDicts kept).
 
         >>> td = TensorDict(a=torch.arange(3), batch_size=[3])
         >>> td.masked_select(torch.tensor([True, False, True]))["a"]
@@ -610,6 +640,11 @@ class OpsMixin(ReductionsMixin):
         """
         if not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
             raise RuntimeError(f"masked_select: expected a bool tensor for the mask, got {_describe_mask(mask)}.")
+        if inplace:
+            from ._inplace_results import take_over
+
+            self._check_unlocked()
+            return take_over(self, self[mask])
         return self[mask]
 
     def masked_fill_(self, mask: torch.Tensor, value: Any) -> Any:
@@ -646,6 +681,12 @@ class OpsMixin(ReductionsMixin):
     def any(self, dim: Any = None) -> Any:
         """True when some element of some leaf is true; with ``dim`` (batch dims), a TensorDict."""
         return all_any(self, dim, False)
+
+
+def _into_out(out: Any, result: Any) -> Any:
+    """``out=``: the result copied into ``out``'s tensors (checked before the first write); returns ``out``."""
+    out.update_(result)
+    return out
 
 
 def _with_missing_keys(td: Any, other: Any, pad: Any) -> Any:

@@ -412,3 +412,37 @@ def pad_sequence(list_of_tensordicts: Sequence[Any], pad_dim: int = 0,
     _check_out(out_inner, result)
     out_inner.update(result, inplace=True)
     return out
+
+
+# --------------------------------------------------------------------------- the TensorDict members
+
+
+class PaddingMixin:
+    """``td.pad(...)`` (the function above as a method) and ``td.to_padded_tensor(...)``."""
+
+    __slots__ = ()
+
+    def pad(self, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True) -> Any:
+        """:func:`torchdict.pad` of this TensorDict (``pad_size`` from the first batch dim).
+
+        >>> TensorDict(a=torch.zeros(3), batch_size=[3]).pad([1, 1]).batch_size
+        torch.Size([5])
+        """
+        return pad(self, pad_size, value=value, inplace=inplace, safe=safe)
+
+    def to_padded_tensor(self, padding: float = 0.0, mask_key: Any = None) -> Any:
+        """The nested-tensor leaves as padded tensors (``torch.nested.to_padded_tensor(leaf, padding)``); the
+        other leaves are kept. ``mask_key`` only applies to a ragged batch, which a TensorDict never has
+        (``RuntimeError``, as upstream).
+
+        >>> nested = torch.nested.nested_tensor([torch.zeros(2), torch.ones(3)], layout=torch.jagged)
+        >>> TensorDict(a=nested, batch_size=[2]).to_padded_tensor(padding=-1)["a"]
+        tensor([[ 0.,  0., -1.],
+                [ 1.,  1.,  1.]])
+        """
+        if mask_key is not None:
+            raise RuntimeError("mask_key should only be provided if the heterogenous dimension is part of the "
+                               "batch-size.")
+        leaves = tensor_leaves(self)
+        padded = [torch.nested.to_padded_tensor(leaf, padding) if leaf.is_nested else leaf for leaf in leaves]
+        return rebuild(self, iter(padded), self._batch_size)

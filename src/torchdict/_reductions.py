@@ -240,7 +240,7 @@ class ReductionsMixin:
     __slots__ = ()
 
     def sum(self, dim: Any = _NO_DIM, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None,
-            reduce: Optional[bool] = None) -> Any:
+            reduce: Optional[bool] = None, key_transform: Optional[Callable[[str], str]] = None) -> Any:
         """Sum over batch ``dim`` of every leaf (each leaf wholly when ``dim`` is omitted).
 
         >>> import torch
@@ -248,8 +248,13 @@ class ReductionsMixin:
         >>> td = TensorDict(a=torch.ones(3, 2), batch_size=[3])
         >>> td.sum(0)["a"], td.sum()["a"]
         (tensor([3., 3.]), tensor(6.))
+
+        ``key_transform`` renames every key of the result, level by level (ignored with ``reduce=True``):
+
+        >>> list(td.sum(0, key_transform=lambda key: f"sum_{key}").keys())
+        ['sum_a']
         """
-        return _reduction(self, "sum", dim, keepdim, reduce, dtype=dtype)
+        return _renamed(_reduction(self, "sum", dim, keepdim, reduce, dtype=dtype), key_transform)
 
     def nansum(self, dim: Any = _NO_DIM, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None,
                reduce: Optional[bool] = None) -> Any:
@@ -257,13 +262,13 @@ class ReductionsMixin:
         return _reduction(self, "nansum", dim, keepdim, reduce, dtype=dtype)
 
     def mean(self, dim: Any = _NO_DIM, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None,
-             reduce: Optional[bool] = None) -> Any:
+             reduce: Optional[bool] = None, key_transform: Optional[Callable[[str], str]] = None) -> Any:
         """Mean over batch ``dim`` of every leaf (each leaf wholly when ``dim`` is omitted).
 
         >>> TensorDict(a=torch.arange(4.)).mean()["a"]
         tensor(1.5000)
         """
-        return _reduction(self, "mean", dim, keepdim, reduce, dtype=dtype)
+        return _renamed(_reduction(self, "mean", dim, keepdim, reduce, dtype=dtype), key_transform)
 
     def nanmean(self, dim: Any = _NO_DIM, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None,
                 reduce: Optional[bool] = None) -> Any:
@@ -276,14 +281,14 @@ class ReductionsMixin:
         return _reduction(self, "prod", dim, keepdim, reduce, dtype=dtype)
 
     def std(self, dim: Any = _NO_DIM, keepdim: bool = False, *, correction: int = 1,
-            reduce: Optional[bool] = None) -> Any:
+            reduce: Optional[bool] = None, key_transform: Optional[Callable[[str], str]] = None) -> Any:
         """Standard deviation over batch ``dim`` of every leaf (``correction=1``: Bessel's)."""
-        return _reduction(self, "std", dim, keepdim, reduce, correction=correction)
+        return _renamed(_reduction(self, "std", dim, keepdim, reduce, correction=correction), key_transform)
 
     def var(self, dim: Any = _NO_DIM, keepdim: bool = False, *, correction: int = 1,
-            reduce: Optional[bool] = None) -> Any:
+            reduce: Optional[bool] = None, key_transform: Optional[Callable[[str], str]] = None) -> Any:
         """Variance over batch ``dim`` of every leaf (``correction=1``: Bessel's)."""
-        return _reduction(self, "var", dim, keepdim, reduce, correction=correction)
+        return _renamed(_reduction(self, "var", dim, keepdim, reduce, correction=correction), key_transform)
 
     def amax(self, dim: Any = _NO_DIM, keepdim: bool = False, *, reduce: Optional[bool] = None) -> Any:
         """Maximum over batch ``dim`` of every leaf (values only)."""
@@ -311,7 +316,8 @@ class ReductionsMixin:
         """Minimum over batch ``dim``: ``torch.return_types.min(values=td, indices=td)`` (see ``max``)."""
         return _reduction(self, "min" if return_indices else "amin", dim, keepdim, reduce)
 
-    def logsumexp(self, dim: Any = _NO_DIM, keepdim: bool = False, *, reduce: Optional[bool] = None) -> Any:
+    def logsumexp(self, dim: Any = _NO_DIM, keepdim: bool = False, *, reduce: Optional[bool] = None,
+                  out: Any = None) -> Any:
         """``log(sum(exp(leaf)))`` over batch ``dim``, computed stably as ``torch.logsumexp``.
 
         Unlike ``sum``, omitting ``dim`` reduces every *batch* dim, not the whole
@@ -320,13 +326,17 @@ class ReductionsMixin:
         >>> td = TensorDict(a=torch.zeros(2, 3), batch_size=[2])
         >>> td.logsumexp()["a"]
         tensor([0.6931, 0.6931, 0.6931])
+
+        ``out`` receives the result as torch's ``out=`` does (each of its tensors resized and written).
         """
         if dim is _NO_DIM or dim is None:
             dim = _every_batch_dim(self)
-        return _reduction(self, "logsumexp", dim, keepdim, reduce)
+        result = _reduction(self, "logsumexp", dim, keepdim, reduce)
+        return result if out is None else _written_into(out, result)
 
     def norm(self, dim: Any = _NO_DIM, keepdim: bool = False, *, p: Any = 2, dtype: Optional[torch.dtype] = None,
-             reduce: Optional[bool] = None) -> Any:
+             reduce: Optional[bool] = None, out: Any = None,
+             key_transform: Optional[Callable[[str], str]] = None) -> Any:
         """Vector ``p``-norm (``torch.linalg.vector_norm``) over batch ``dim`` of every leaf.
 
         Without ``dim``, each leaf's norm over all its elements. ``p="fro"``
@@ -335,11 +345,17 @@ class ReductionsMixin:
 
         >>> TensorDict(a=torch.ones(3), batch_size=[3]).norm()["a"]
         tensor(1.7321)
+
+        ``out`` takes the result's entries (``out.update``, as upstream); ``key_transform`` renames the keys.
         """
-        return _reduction(self, "norm", dim, keepdim, reduce, p=p, dtype=dtype)
+        result = _renamed(_reduction(self, "norm", dim, keepdim, reduce, p=p, dtype=dtype), key_transform)
+        if out is None:
+            return result
+        out.update(result)
+        return out
 
     def quantile(self, q: Any, dim: Any = _NO_DIM, keepdim: bool = False, *, interpolation: str = "linear",
-                 reduce: Optional[bool] = None) -> Any:
+                 reduce: Optional[bool] = None, key_transform: Optional[Callable[[str], str]] = None) -> Any:
         """``torch.quantile`` over batch ``dim`` of every leaf (each leaf wholly when ``dim`` is omitted).
 
         Over a tuple of dims, the quantile of all their elements together. A 1-d
@@ -352,7 +368,8 @@ class ReductionsMixin:
         (tensor(2.), torch.Size([2]))
         """
         lead = tuple(q.shape) if isinstance(q, _Tensor) and q.ndim == 1 else ()
-        return _reduction(self, "quantile", dim, keepdim, reduce, lead=lead, q=q, interpolation=interpolation)
+        return _renamed(_reduction(self, "quantile", dim, keepdim, reduce, lead=lead, q=q,
+                                   interpolation=interpolation), key_transform)
 
     def cummax(self, dim: int, *, reduce: Optional[bool] = None, return_indices: bool = True) -> Any:
         """Running maximum along batch ``dim``: ``torch.return_types.cummax(values=td, indices=td)``.
@@ -377,6 +394,30 @@ def _reduction(td: Any, name: str, dim: Any, keepdim: bool, reduce_all: Optional
     # The methods' ``reduce`` argument hides the module's ``reduce``: they call this instead.
     kwargs = {key: value for key, value in kwargs.items() if value is not None}
     return reduce(td, name, dim, keepdim, kwargs, bool(reduce_all), lead)
+
+
+def _renamed(result: Any, key_transform: Optional[Callable[[str], str]]) -> Any:
+    """``key_transform`` applied to every key of a reduction's TensorDict result, level by level."""
+    if key_transform is None or not hasattr(result, "_tensordict"):
+        return result  # no transform, or a tensor (reduce=True)
+    from ._keyops import transform_keys
+
+    return transform_keys(result, key_transform)
+
+
+def _written_into(out: Any, result: Any) -> Any:
+    """torch's ``out=`` for a TensorDict result: each tensor of ``out`` resized to the result's shape and
+    written (a missing entry is set); returns ``out``."""
+    for key, value in result.items(include_nested=True, leaves_only=True):
+        if not isinstance(value, torch.Tensor):
+            continue
+        target = out.get(key, None)
+        if isinstance(target, torch.Tensor):
+            with torch.no_grad():
+                target.resize_(value.shape).copy_(value)
+        else:
+            out.set(key, value)
+    return out
 
 
 def _every_batch_dim(td: Any) -> tuple:

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from . import _options
 from ._apply import map_batch, rewrap, unwrap
 from ._base import TensorCollection
 from ._convert import parse_batch_size, parse_device
@@ -526,6 +527,8 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4]).view(-1)["a"].shape
         torch.Size([12, 5])
         """
+        if _options.LAZY_LEGACY and size is None and batch_size is None and not _is_dtype_view(shape):
+            return _legacy_view(self, "view", *shape)
         return keep_lock(self, view(self, shape, size, batch_size))
 
     @write_back(undo_reshape)
@@ -551,6 +554,8 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4]).unsqueeze(-1)["a"].shape
         torch.Size([3, 4, 1, 5])
         """
+        if _options.LAZY_LEGACY:
+            return _legacy_view(self, "unsqueeze", dim)
         return keep_lock(self, unsqueeze(self, dim))
 
     @write_back(undo_reshape)
@@ -573,6 +578,8 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4]).permute(1, 0)["a"].shape
         torch.Size([4, 3, 5])
         """
+        if _options.LAZY_LEGACY:
+            return _legacy_view(self, "permute", *dims)
         return keep_lock(self, permute(self, dims))
 
     @write_back(undo_transpose)
@@ -584,10 +591,17 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(3, 4, 5)}, batch_size=[3, 4]).transpose(0, 1).batch_size
         torch.Size([4, 3])
         """
+        if _options.LAZY_LEGACY:
+            return _legacy_view(self, "transpose", dim0, dim1)
         return keep_lock(self, transpose(self, dim0, dim1))
 
-    swapaxes = transpose
-    swapdims = transpose
+    def swapaxes(self, axis0: int, axis1: int) -> Any:
+        """``transpose(axis0, axis1)`` (numpy's spelling)."""
+        return self.transpose(axis0, axis1)
+
+    def swapdims(self, axis0: int, axis1: int) -> Any:
+        """``transpose(axis0, axis1)`` (upstream names its arguments as ``swapaxes`` does)."""
+        return self.transpose(axis0, axis1)
 
     @write_back(undo_movedim)
     def movedim(self, source: Any, destination: Any) -> Any:
@@ -666,11 +680,12 @@ class ShapeMixin:
         """As ``torch.tensor_split`` along batch dim ``dim``."""
         return tensor_split(self, indices_or_sections, dim)
 
-    def repeat(self, *repeats: Any) -> Any:
-        """Tile the batch dims ``repeats`` times each (feature dims are not repeated)."""
-        return repeat(self, repeats)
+    def repeat(self, *repeats: Any, inplace: bool = False) -> Any:
+        """Tile the batch dims ``repeats`` times each (feature dims are not repeated); ``inplace=True`` makes
+        this TensorDict hold the result (its identity and nested TensorDicts kept) and returns it."""
+        return _inplace_or_new(self, repeat(self, repeats), inplace)
 
-    def tile(self, *dims: Any) -> Any:
+    def tile(self, *dims_args: Any, dims: Any = None) -> Any:
         """As ``torch.tile`` on the batch dims (``td.tile(2)`` or ``td.tile((2, 2))``).
 
         >>> import torch
@@ -678,9 +693,10 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.zeros(2, 3, 5)}, batch_size=[2, 3]).tile(2)["a"].shape
         torch.Size([2, 6, 5])
         """
-        return tile(self, dims)
+        return tile(self, _dims_argument(dims_args, dims, "tile"))
 
-    def repeat_interleave(self, repeats: Any, dim: Optional[int] = None, *, output_size: Optional[int] = None) -> Any:
+    def repeat_interleave(self, repeats: Any, dim: Optional[int] = None, *, output_size: Optional[int] = None,
+                          inplace: bool = False) -> Any:
         """Repeat each element along batch dim ``dim`` (the flattened batch when None), as torch.
 
         >>> import torch
@@ -688,23 +704,51 @@ class ShapeMixin:
         >>> TensorDict({"a": torch.arange(3)}, batch_size=[3]).repeat_interleave(2)["a"]
         tensor([0, 0, 1, 1, 2, 2])
         """
-        return repeat_interleave(self, repeats, dim, output_size)
+        return _inplace_or_new(self, repeat_interleave(self, repeats, dim, output_size), inplace)
 
     @write_back(undo_flip)
-    def flip(self, *dims: Any) -> Any:
-        """Reverse the order along the given batch dims."""
-        return keep_lock(self, flip(self, dims))
+    def flip(self, *dims_args: Any, dims: Any = None) -> Any:
+        """Reverse the order along the given batch dims (``td.flip(0, 1)``, ``td.flip((0, 1))`` or ``dims=``)."""
+        return keep_lock(self, flip(self, _dims_argument(dims_args, dims, "flip")))
 
     @write_back(undo_roll)
-    def roll(self, shifts: Any, dims: Any = None) -> Any:
-        """Roll along batch dims (the flattened batch when ``dims`` is None)."""
-        return keep_lock(self, roll(self, shifts, dims))
+    def roll(self, shifts: Any, dims: Any = None, *, inplace: bool = False) -> Any:
+        """Roll along batch dims (the flattened batch when ``dims`` is None); ``inplace`` as :meth:`repeat`."""
+        result = roll(self, shifts, dims)
+        return _inplace_or_new(self, result, inplace) if inplace else keep_lock(self, result)
+
+    def fliplr(self) -> Any:
+        """``flip(1)``, as ``torch.fliplr`` (needs 2 batch dims or more); the data is copied."""
+        if self.batch_dims < 2:
+            raise RuntimeError("fliplr requires at least 2 batch dimensions")
+        return self.flip(1)
+
+    def flipud(self) -> Any:
+        """``flip(0)``, as ``torch.flipud`` (needs a batch dim); the data is copied."""
+        if self.batch_dims < 1:
+            raise RuntimeError("flipud requires at least 1 batch dimension")
+        return self.flip(0)
+
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Any:
+        """Rotate by 90 degrees ``k`` times in the plane of batch dims ``dims`` (as ``torch.rot90``: from the
+        first towards the second); the feature dims are not rotated, the names follow their dims.
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> TensorDict(a=torch.arange(6).view(2, 3), batch_size=[2, 3]).rot90()["a"]
+        tensor([[2, 5],
+                [1, 4],
+                [0, 3]])
+        """
+        if self.batch_dims < 2:
+            raise RuntimeError("rot90 requires at least 2 batch dimensions")
+        return keep_lock(self, _rotated(self, k, tuple(dims)))
 
     def narrow(self, dim: int, start: int, length: int) -> Any:
         """A view of ``length`` elements from ``start`` along batch dim ``dim``."""
         return keep_lock(self, narrow(self, dim, start, length))
 
-    def gather(self, dim: int, index: torch.Tensor, out: Any = None) -> Any:
+    def gather(self, dim: int, index: torch.Tensor, out: Any = None, *, inplace: bool = False) -> Any:
         """``torch.gather`` along batch dim ``dim``; ``index`` has the batch's ndim.
 
         >>> import torch
@@ -714,11 +758,13 @@ class ShapeMixin:
         tensor([[2],
                 [3]])
         """
+        if out is not None and inplace:
+            raise ValueError("`out` and `inplace=True` are mutually exclusive in gather.")
         result = gather(self, dim, index)
         if out is not None:
             out.update_(result)
             return out
-        return result
+        return _inplace_or_new(self, result, inplace)
 
     def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = _MISSING,
               names: Any = None) -> Any:
@@ -734,21 +780,142 @@ class ShapeMixin:
         """
         return empty(self, recurse, batch_size, device, names)
 
-    def new_zeros(self, *size: Any, **kwargs: Any) -> Any:
-        """A TensorDict of batch ``size`` with the same structure, every leaf zeros of its feature shape."""
-        return new_filled(self, size, lambda leaf, shape, **kw: leaf.new_zeros(shape, **kw), kwargs)
+    def new_zeros(self, *size: Any, dtype: Optional[torch.dtype] = None, device: Any = _MISSING,
+                  requires_grad: bool = False, layout: torch.layout = torch.strided,
+                  pin_memory: Optional[bool] = None, empty_lazy: bool = False) -> Any:
+        """A TensorDict of batch ``size`` with the same structure, every leaf zeros of its feature shape.
 
-    def new_ones(self, *size: Any, **kwargs: Any) -> Any:
+        ``dtype`` / ``device`` / ``requires_grad`` / ``layout`` / ``pin_memory`` are the new leaves'
+        (``device=None`` gives a result without a device); ``empty_lazy`` concerns lazy stacks, which a
+        TensorDict's result never holds.
+        """
+        return new_filled(self, size, lambda leaf, shape, **kw: leaf.new_zeros(shape, **kw),
+                          _new_kwargs(dtype, device, requires_grad, layout, pin_memory))
+
+    def new_ones(self, *size: Any, dtype: Optional[torch.dtype] = None, device: Any = _MISSING,
+                 requires_grad: bool = False, layout: torch.layout = torch.strided,
+                 pin_memory: Optional[bool] = None, empty_lazy: bool = False) -> Any:
         """As :meth:`new_zeros`, filled with ones."""
-        return new_filled(self, size, lambda leaf, shape, **kw: leaf.new_ones(shape, **kw), kwargs)
+        return new_filled(self, size, lambda leaf, shape, **kw: leaf.new_ones(shape, **kw),
+                          _new_kwargs(dtype, device, requires_grad, layout, pin_memory))
 
-    def new_empty(self, *size: Any, **kwargs: Any) -> Any:
+    def new_empty(self, *size: Any, dtype: Optional[torch.dtype] = None, device: Any = _MISSING,
+                  requires_grad: bool = False, layout: torch.layout = torch.strided,
+                  pin_memory: Optional[bool] = None, empty_lazy: bool = False) -> Any:
         """As :meth:`new_zeros`, uninitialised."""
-        return new_filled(self, size, lambda leaf, shape, **kw: leaf.new_empty(shape, **kw), kwargs)
+        return new_filled(self, size, lambda leaf, shape, **kw: leaf.new_empty(shape, **kw),
+                          _new_kwargs(dtype, device, requires_grad, layout, pin_memory))
 
-    def new_full(self, size: Sequence[int], fill_value: Any, **kwargs: Any) -> Any:
+    def new_tensor(self, data: Any, *, dtype: Optional[torch.dtype] = None, device: Any = _MISSING,
+                   requires_grad: bool = False, pin_memory: Optional[bool] = None) -> Any:
+        """A TensorDict of the same structure whose leaves are ``leaf.new_tensor(data)`` (copies of ``data``,
+        each with its leaf's dtype unless ``dtype``); its batch size is ``data``'s shape. With a TensorDict
+        ``data``, each leaf copies the matching leaf. The device is ``device``, else ``data``'s.
+
+        >>> import torch
+        >>> from torchdict import TensorDict
+        >>> out = TensorDict(a=torch.zeros(3), b=torch.zeros(3, dtype=torch.long), batch_size=[3]).new_tensor([1., 2.])
+        >>> out["a"], out["b"]
+        (tensor([1., 2.]), tensor([1, 2]))
+        """
+        return _new_tensor(self, data, dtype, device, requires_grad, pin_memory)
+
+    def new_full(self, size: Sequence[int], fill_value: Any, *, dtype: Optional[torch.dtype] = None,
+                 device: Any = _MISSING, requires_grad: bool = False, layout: torch.layout = torch.strided,
+                 pin_memory: Optional[bool] = None, empty_lazy: bool = False) -> Any:
         """As :meth:`new_zeros`, filled with ``fill_value``."""
-        return new_filled(self, (size,), lambda leaf, shape, **kw: leaf.new_full(shape, fill_value, **kw), kwargs)
+        return new_filled(self, (size,), lambda leaf, shape, **kw: leaf.new_full(shape, fill_value, **kw),
+                          _new_kwargs(dtype, device, requires_grad, layout, pin_memory))
+
+
+def _rotated(td: Any, k: int, dims: tuple) -> Any:
+    """``torch.rot90`` of the batch dims (checked on the index grid first, with torch's own errors)."""
+    n_batch = td.batch_dims
+    new_batch = _Size(torch.rot90(batch_probe(td._batch_size), k, dims).shape)  # torch's checks and errors
+    first, second = (dim % n_batch for dim in dims)
+    names = None
+    if td._names is not None and (k % 4) in (1, 3):
+        names = list(td._names)
+        names[first], names[second] = names[second], names[first]
+    elif td._names is not None:
+        names = list(td._names)
+    result = map_batch(td, lambda leaf: torch.rot90(leaf, k, (first, second)), new_batch)
+    if names is not None:
+        result._names = names
+    return result
+
+
+def _new_tensor(td: Any, data: Any, dtype: Any, device: Any, requires_grad: bool, pin_memory: Any) -> Any:
+    from ._apply import rebuild, tensor_leaves
+
+    if isinstance(data, (torch.Tensor, TensorCollection)):
+        shape, data_device = data.shape, data.device
+    else:
+        converted = torch.as_tensor(data)
+        shape, data_device = converted.shape, converted.device
+    kwargs: dict = {"requires_grad": requires_grad}
+    result_device = data_device if device is _MISSING else device
+    if device is not _MISSING:
+        kwargs["device"] = device
+    elif data_device is not None:
+        kwargs["device"] = data_device
+    if pin_memory is not None:
+        kwargs["pin_memory"] = pin_memory
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    leaves = tensor_leaves(td)
+    if isinstance(data, TensorCollection):
+        sources = tensor_leaves(unwrap(data))
+        results = [leaf.new_tensor(source, **kwargs) for leaf, source in zip(leaves, sources)]
+    else:
+        results = [leaf.new_tensor(data, **kwargs) for leaf in leaves]
+    batch = _Size(shape)
+    result = rebuild(td, iter(results), batch, batch_of=lambda old: batch, device=parse_device(result_device))
+    return result
+
+
+def _new_kwargs(dtype: Any, device: Any, requires_grad: bool, layout: Any, pin_memory: Any) -> dict:
+    """The ``new_*`` options that differ from the defaults, as ``Tensor.new_*`` keywords."""
+    kwargs: dict = {}
+    if dtype is not None:
+        kwargs["dtype"] = dtype
+    if device is not _MISSING:
+        kwargs["device"] = device
+    if requires_grad:
+        kwargs["requires_grad"] = True
+    if layout is not torch.strided:
+        kwargs["layout"] = layout
+    if pin_memory:
+        kwargs["pin_memory"] = True
+    return kwargs
+
+
+def _dims_argument(positional: tuple, dims: Any, name: str) -> tuple:
+    """``flip`` / ``tile``'s dims given as ``op(0, 1)``, ``op((0, 1))`` or ``op(dims=...)`` (upstream's name)."""
+    if dims is not None:
+        if positional:
+            raise TypeError(f"{name}() got dims both as positional arguments and as a keyword.")
+        return (dims,)
+    return positional
+
+
+def _inplace_or_new(td: Any, result: Any, inplace: bool) -> Any:
+    if not inplace:
+        return result
+    from ._inplace_results import take_over
+
+    return take_over(td, result)
+
+
+def _legacy_view(td: Any, name: str, *args: Any) -> Any:
+    """``set_lazy_legacy(True)``: a lazy view that reads from and writes to ``td``."""
+    from ._legacy_lazy import lazy_view
+
+    return lazy_view(td, name, *args)
+
+
+def _is_dtype_view(shape: tuple) -> bool:
+    return len(shape) == 1 and isinstance(shape[0], torch.dtype)
 
 
 def _in_place(td: Any, result: Any) -> Any:

@@ -95,7 +95,7 @@ def rewrap_result(template: Any, source_td: Any, result: Any, name: Optional[str
             return result
         if source_td is not None and any(result is leaf for leaf in source_td._tensordict.values()):
             return result
-        return template._rewrap(result)
+        return template._rewrap(result, name != "empty")  # empty()'s shell skips __post_init__ (as upstream)
     if isinstance(result, tuple) and not isinstance(result, _Size):  # a shape (get_item_shape) stays as it is
         items = [rewrap_result(template, source_td, item, name) for item in result]
         return type(result)(items) if type(result) is tuple or hasattr(type(result), "n_fields") \
@@ -130,11 +130,23 @@ def _call_delegated(instance: Any, name: str, *args: Any, **kwargs: Any) -> Any:
         args = tuple(unwrap(arg) for arg in args)
     if kwargs:
         kwargs = {key: unwrap(value) for key, value in kwargs.items()}
+        if kwargs.get("as_tensordict"):  # select(..., as_tensordict=True): the TensorDict itself, not the class
+            return bound(*args, **kwargs)
+    cast_filter = type(instance)._tc_cast_filter
+    if cast_filter is not None and name in _CASTS_WITH_FILTER and "cast_filter" not in kwargs:
+        kwargs = {**kwargs, "cast_filter": cast_filter}  # the class's option; an explicit value (None too) wins
     return rewrap_result(instance, td, bound(*args, **kwargs), name)
 
 
 def _delegate(name: str) -> Any:
     return BoundCall(_call_delegated, name)
+
+
+# The dtype casts that take ``cast_filter=`` (a tensorclass's ``cast_filter`` option is their default).
+_CASTS_WITH_FILTER = frozenset({
+    "float", "double", "half", "bfloat16", "int", "long", "short", "bool", "float16", "float32", "float64", "int8",
+    "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "complex32", "type",
+})
 
 
 def _binary_delegate(name: str) -> Callable:
@@ -190,13 +202,16 @@ class TensorDictMethods(FieldStorage):
     __slots__ = ()
 
     # ------------------------------------------------------------------ rewrapping
-    def _rewrap(self, td: TensorDict) -> "Self":
-        """A new instance of this class around ``td`` (no checks, no ``__init__``)."""
+    def _rewrap(self, td: TensorDict, post_init: bool = True) -> "Self":
+        """A new instance of this class around ``td`` (no checks, no ``__init__``; ``__post_init__`` runs unless
+        the class has ``skip_post_init_on_rebuild``, as upstream's rebuilds)."""
         new = _object_new(type(self))
         set_td(new, td)
         set_instance_dict(new, td._tensordict)
         if self._tc_frozen:
             td._lock_tree()
+        if post_init and self._tc_rebuild_post_init:
+            new.__post_init__()
         return new
 
     @classmethod
@@ -205,6 +220,8 @@ class TensorDictMethods(FieldStorage):
         set_td(new, td)
         set_instance_dict(new, td._tensordict)
         guard_all(new)
+        if hasattr(cls, "__post_init__"):  # an instance from new data (from_tensordict, loading): always
+            new.__post_init__()
         return new
 
     # ------------------------------------------------------------------ indexing
@@ -235,6 +252,8 @@ class TensorDictMethods(FieldStorage):
                 set_td(new, result)
                 if self._tc_frozen:
                     result._lock_tree()
+            if self._tc_rebuild_post_init:
+                new.__post_init__()
             return new
         # Any other batch index goes straight to the batch indexing (a str is never a batch index).
         if index_type is str or (index_type is tuple and index and type(index[0]) is str):
@@ -248,6 +267,8 @@ class TensorDictMethods(FieldStorage):
         set_instance_dict(new, result._tensordict)
         if self._tc_frozen:
             result._lock_tree()
+        if self._tc_rebuild_post_init:
+            new.__post_init__()
         return new
 
     __getitem__._tc_general = True  # type: ignore[attr-defined]
@@ -456,8 +477,12 @@ class TensorDictMethods(FieldStorage):
 
     # ------------------------------------------------------------------ python protocols
     def __repr__(self) -> str:
-        from .printing import format_leaf, indent, td_is_shared
+        from .printing import PRINT_OPTIONS, format_leaf, indent, td_is_shared
 
+        if PRINT_OPTIONS["compact"]:
+            from ._compact_repr import compact_repr
+
+            return compact_repr(self)
         td = self._tensordict
         storage = td._tensordict
         lines = [f"{key}={format_leaf(storage[key])}" for key in sorted(storage)]

@@ -32,7 +32,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from ._base import TensorCollection
-from ._accel import field_init, lengths_fit
+from ._accel import C_HELPER, descriptor_setter, field_init, front_tensorclass_slots, lengths_fit
 from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
 from ._generated import exec_generated
 from ._tensorclass_indexing import install_getitem
@@ -43,7 +43,7 @@ _Tensor = torch.Tensor
 _Size = torch.Size
 _EMPTY_SIZE = torch.Size(())
 NON_TENSOR = (NonTensorData, NonTensorStack)
-OPTION_NAMES = ("autocast", "frozen", "nocast", "shadow", "kw_only")
+OPTION_NAMES = ("autocast", "frozen", "nocast", "shadow", "kw_only", "tensor_only", "skip_post_init_on_rebuild")
 
 
 # ---------------------------------------------------------------------------- instance layout
@@ -65,11 +65,14 @@ class FieldStorage(TensorCollection):
     _tc_options = dict.fromkeys(OPTION_NAMES, False)  # type: dict
     _tc_is_template = True
     _tc_frozen = False
+    _tc_cast_filter = None  # the class's default ``cast_filter`` of the dtype casts (an option)
+    _tc_rebuild_post_init = False  # __post_init__ runs on rebuilds (indexing, clone, ...): see tensorclass.py
 
 
 TD_STATE = FieldStorage.__dict__["_td"]  # the descriptor of the instances' _td slot
-set_td = TD_STATE.__set__
-set_instance_dict = FieldStorage.__dict__["__dict__"].__set__
+# Setters torch.compile can be taught to trace (a descriptor's __set__ method-wrapper is opaque to it).
+set_td = descriptor_setter(TD_STATE)
+set_instance_dict = descriptor_setter(FieldStorage.__dict__["__dict__"])
 
 
 def is_tensorclass_type(cls: type) -> bool:
@@ -316,6 +319,7 @@ def install_fields(cls: type, fields: tuple) -> None:
     previous_init = cls.__dict__.get("__init__")
     if previous_init is None or getattr(previous_init, "_tc_generated", False):
         cls.__init__ = make_init(cls, specs)
+        front_tensorclass_slots(cls)
     elif not hasattr(previous_init, "_tc_wrapped"):
         cls.__init__ = _wrap_user_init(previous_init)
 
@@ -430,11 +434,8 @@ def make_init(cls: type, specs: list) -> Callable:
             and not any(spec.has_default for spec in specs) and not _init_epilogue(cls, this, indent="")):
         # Cls(*tensors, batch_size=[n]) in C (the first branch above, without a Python frame);
         # every other call goes to the Python __init__, which it carries as __wrapped__.
-        c_init = field_init(tuple(names), TD_STATE, init)
-        for attribute in ("__qualname__", "__module__", "__doc__", "_tc_generated"):
-            setattr(c_init, attribute, getattr(init, attribute))
-        c_init.__wrapped__ = init
-        return c_init
+        # (It runs from the type slot, see _accel.front_tensorclass_slots; the class keeps this function.)
+        setattr(init, C_HELPER, field_init(tuple(names), TD_STATE, init))
     return init
 
 

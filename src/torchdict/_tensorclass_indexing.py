@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ._accel import field_indexer, FieldIndexer
+from ._accel import C_HELPER, descriptor_setter, field_indexer, FieldIndexer, front_tensorclass_slots, slot_getitem
 from ._convert import tensor_len
 from ._generated import exec_generated
 from ._indexing import NO_BATCH
@@ -67,9 +67,14 @@ def make_getitem(cls: type, names: tuple, general: Callable, state: Any) -> Call
     generated here.
     """
     if field_indexer is not None:
-        return field_indexer(tuple(names), state, general, NO_BATCH, torch.Tensor)
+        # The C FieldIndexer runs from the type slot; the class keeps a Python __getitem__ (Dynamo's).
+        front = slot_getitem(general)
+        setattr(front, C_HELPER, field_indexer(tuple(names), state, general, NO_BATCH, torch.Tensor))
+        setattr(front, _MARK, True)
+        front.__qualname__ = f"{cls.__qualname__}.__getitem__"
+        return front
     namespace: dict = {"_tc_Tensor": torch.Tensor, "_tc_NO_BATCH": NO_BATCH, "_tc_len": tensor_len,
-                       "_tc_object_new": object.__new__, "_tc_set_td": state.__set__, "_tc_general": general}
+                       "_tc_object_new": object.__new__, "_tc_set_td": descriptor_setter(state), "_tc_general": general}
     exec_generated(_generated_source(names), f"{cls.__qualname__}.__getitem__", namespace)
     getitem = namespace["__getitem__"]
     getitem.__qualname__ = f"{cls.__qualname__}.__getitem__"
@@ -102,7 +107,9 @@ def install_getitem(cls: type, state: Any) -> None:
         return
     general = _inherited_getitem(cls)
     names = cls._tc_field_names
-    if getattr(general, "_tc_general", False) and names and not cls._tc_options["frozen"]:
+    if getattr(general, "_tc_general", False) and names and not cls._tc_options["frozen"] and \
+            not getattr(cls, "_tc_rebuild_post_init", False):  # __post_init__ on rebuilds: the general path
         cls.__getitem__ = make_getitem(cls, names, general, state)
     elif own is not None:
         del cls.__getitem__
+    front_tensorclass_slots(cls)  # an assignment above gave the slots back to CPython

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 import torch
 
+from . import _options
 from ._apply import map_batch, rewrap, unwrap
 from ._base import TensorCollection
 from ._indexing import same_value, batch_probe
@@ -248,7 +249,7 @@ def _collect_or_raise(tds: Sequence[Any], verb: str) -> tuple:
     return collected
 
 
-def stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+def stack(input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     """Stack TensorDicts (or tensorclasses) along a new batch dim ``dim``; the leaves are copied.
 
     >>> import torch
@@ -257,8 +258,15 @@ def stack(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     >>> stack(tensors, 1)["a"].shape
     torch.Size([3, 2, 5])
     """
+    tensors = input  # upstream's parameter name
     if not len(tensors):
         raise RuntimeError("stack expects a non-empty TensorList")
+    if _options.LAZY_LEGACY and out is None:
+        from .base import TensorDictBase
+        from .lazy import lazy_stack  # set_lazy_legacy(True): torch.stack keeps the members
+
+        if all(isinstance(td, TensorDictBase) for td in tensors):
+            return lazy_stack(list(tensors), dim)
     inners, storages, same_sizes = _collect_or_raise(tensors, "stack")
     first_inner = inners[0]
     batch = first_inner._batch_size
@@ -304,12 +312,21 @@ def _cat_non_tensor(leaves: list, dim: int) -> Any:
     return combine_non_tensor(leaves, lambda grids: torch.cat(grids, dim))
 
 
+def _stack_non_tensor(leaves: list, dim: int) -> Any:
+    from ._nontensor_shape import captured_stack
+
+    captured = captured_stack(leaves, dim)  # set_capture_non_tensor_stack(True): equal values stay one
+    if captured is not None:
+        return captured
+    return combine_non_tensor(leaves, lambda grids: torch.stack(grids, dim))
+
+
 _STACK = _Combine("stack", torch.stack, lambda storages: _exclusive_keys_error(), _stacked_extra,
-                  lambda leaves, dim: combine_non_tensor(leaves, lambda grids: torch.stack(grids, dim)))
+                  _stack_non_tensor)
 _CAT = _Combine("cat", torch.cat, _cat_keys_error, _concatenated_extra, _cat_non_tensor)
 
 
-def cat(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+def cat(input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     """Concatenate TensorDicts (or tensorclasses) along batch dim ``dim``.
 
     >>> import torch
@@ -318,6 +335,7 @@ def cat(tensors: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     >>> cat(tensors, 0)["a"].shape
     torch.Size([6, 5])
     """
+    tensors = input  # upstream's parameter name
     if not len(tensors):
         raise ValueError("torch.cat(): expected a non-empty list of Tensors")
     inners, storages, same_sizes = _collect_or_raise(tensors, "cat")

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from ._accel import leaves_fit, tensor_len
+from ._accel import leaves_fit, leaves_fit_batch, tensor_len
 from ._base import TensorCollection
 from ._convert import fits_batch, quick_batch_len, to_leaf
 from ._errors import MessageKeyError, locked_error, not_a_mapping_error
@@ -37,6 +37,14 @@ def _entries(source: Any, method: str) -> Any:
 def update(td: Any, source: Any, *, clone: bool, inplace: bool, non_blocking: bool,
            keys_to_update: Optional[Sequence[Any]], is_leaf: Optional[Callable[[type], bool]],
            update_batch_size: bool, ignore_lock: bool, kwargs: dict) -> Any:
+    if (type(source) is type(td) and source is not td and not kwargs and not clone and not inplace
+            and keys_to_update is None and not update_batch_size and not td._is_locked):
+        # The commonest call: another TensorDict whose entries are all tensors that fit: one C-level
+        # pass and one dict.update, none of the planning below.
+        entries = source._tensordict
+        if entries and _collection_fits(source, entries, td._batch_size, td._device):
+            td._tensordict.update(entries)
+            return td
     # Every entry is checked (and the writes planned) before the first write: see _UpdatePlan.
     plan = _UpdatePlan()
     if source is None:
@@ -102,19 +110,10 @@ class _UpdatePlan:
 
 def _all_fit(entries: dict, batch_size: torch.Size) -> bool:
     """True when every entry is a tensor under a str key whose leading dims are ``batch_size`` (C-level
-    passes for a one-dim batch, the commonest)."""
+    passes: first sizes only for a one-dim batch, the commonest; shapes for more dims)."""
     if len(batch_size) == 1:
         return leaves_fit(entries, batch_size[0])
-    if not entries:
-        return False
-    try:
-        "".join(entries)  # a TypeError unless every key is a str
-    except TypeError:
-        return False
-    for value in entries.values():
-        if not isinstance(value, _Tensor) or not fits_batch(value.shape, batch_size):
-            return False
-    return True
+    return leaves_fit_batch(entries, batch_size)
 
 
 def _collection_fits(source: Any, entries: dict, batch_size: torch.Size, device: Any) -> bool:
@@ -377,3 +376,28 @@ def _plan_at(td: Any, source: Any, index: Any, tree: Optional[dict], writes: lis
             if existing.requires_grad:
                 check_grad_writable(existing)
         writes.append((existing, value))
+
+
+_FAST_COPY_REFUSED = ("copy_at_(..., fast=True) requires the optimized tensor-only copy path, but the source, "
+                      "destination, or index is not compatible. Use fast=False or update_at_ for the general update "
+                      "semantics.")
+
+
+def check_fast_copy(td: Any, source: Any, index: Any) -> None:
+    """What ``copy_at_(..., fast=True)`` (upstream's default) accepts: a TensorDict source of tensors whose
+    every key ``td`` holds with exactly the shape ``td[key][index]`` has (no broadcasting), at an index that is
+    not a tensor. Anything else raises upstream's ``RuntimeError`` before any write."""
+    from .tensordict import TensorDict
+
+    if type(source) is not TensorDict or isinstance(index, torch.Tensor) or (
+            isinstance(index, tuple) and any(isinstance(part, torch.Tensor) for part in index)):
+        raise RuntimeError(_FAST_COPY_REFUSED)
+    for key, value in source.items(include_nested=True, leaves_only=True):
+        target = td.get(key, None)
+        if not isinstance(value, torch.Tensor) or not isinstance(target, torch.Tensor):
+            raise RuntimeError(_FAST_COPY_REFUSED)
+        try:
+            if target[index].shape != value.shape:
+                raise RuntimeError(_FAST_COPY_REFUSED)
+        except IndexError as error:
+            raise RuntimeError(_FAST_COPY_REFUSED) from error

@@ -19,7 +19,7 @@ def default_is_leaf(cls: type) -> bool:
     return not issubclass(cls, TensorCollection) and cls not in _NON_TENSOR
 
 
-def _storage(value: Any) -> dict:
+def entries_of(value: Any) -> dict:
     """The entries of a nested collection as a dict: a TensorDict's (or a tensorclass's) own storage, else
     (a lazy stack, a file- or server-backed collection) read through its primitives."""
     inner = getattr(value, "_tensordict", None)
@@ -49,7 +49,7 @@ def _iter_items_custom(storage: dict, include_nested: bool, leaves_only: bool,
         leaf = is_leaf(type(value))
         if include_nested and not leaf and isinstance(value, TensorCollection):
             nested_prefix = full_key if prefix else (key,)
-            yield from _iter_items_custom(_storage(value), True, leaves_only, is_leaf, nested_prefix)
+            yield from _iter_items_custom(entries_of(value), True, leaves_only, is_leaf, nested_prefix)
         if not leaves_only or leaf:
             yield full_key, value
 
@@ -64,7 +64,7 @@ def _collect_default(storage: dict, include_nested: bool, leaves_only: bool, pre
         elif isinstance(value, TensorCollection):
             nested_prefix = prefix + (key,)
             if include_nested:
-                _collect_default(_storage(value), True, leaves_only, nested_prefix, out)
+                _collect_default(entries_of(value), True, leaves_only, nested_prefix, out)
             if not leaves_only:
                 append(((nested_prefix if prefix else key), value))
         elif not leaves_only:
@@ -146,7 +146,7 @@ class KeysView(_View, Set):
                 return False
             if self.is_leaf is not None and self.is_leaf(type(value)):
                 return False
-            storage = _storage(value)
+            storage = entries_of(value)
         if key[-1] not in storage:
             return False
         if self.leaves_only:

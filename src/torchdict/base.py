@@ -418,13 +418,14 @@ DENSE_RESULT_METHODS: tuple = (
     "abs", "absolute", "acos", "acosh", "add", "addcdiv", "addcmul", "all", "amax", "amin", "any", "apply",
     "asin", "asinh", "atan", "atan2", "atanh", "atleast_1d", "atleast_2d", "atleast_3d", "bfloat16",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "bool", "broadcast_to", "bytes", "ceil", "chunk",
-    "clamp", "clamp_max", "clamp_min", "clip", "clone", "complex128", "complex64", "contiguous", "copy",
+    "clamp", "clamp_max", "clamp_min", "clip", "clone", "complex128", "complex64", "consolidate", "contiguous", "copy",
     "copysign", "cos", "cosh", "cpu", "cuda", "cummax", "cummin", "data_ptr", "deg2rad", "detach", "digamma",
     "div", "divide", "double", "empty", "eq", "erf", "erfc", "erfinv", "exclude", "exp", "exp2", "expand",
     "expand_as", "expm1", "filter_non_tensor_data", "flatten", "flatten_keys", "flip", "float", "float16",
     "float32", "float64", "floor", "floor_divide", "fmod", "frac", "gather", "ge", "get_at", "get_item_shape",
     "get_non_tensor", "greater", "greater_equal", "gt", "half", "hypot", "int", "int16", "int32", "int64",
-    "int8", "is_contiguous", "is_floating_point", "is_memmap", "is_non_tensor", "is_shared", "isfinite",
+    "int8", "is_consolidated", "is_contiguous", "is_floating_point", "is_memmap", "is_non_tensor", "is_shared",
+    "isfinite",
     "isinf", "isnan", "isneginf", "isposinf", "isreal", "le", "lerp", "less", "less_equal", "lgamma", "log",
     "log10", "log1p", "log2", "logical_and", "logical_not", "logical_or", "logical_xor", "logit", "logsumexp",
     "long", "lt", "masked_fill", "masked_select", "max", "maximum", "mean", "memmap", "memmap_like", "min",
@@ -437,6 +438,10 @@ DENSE_RESULT_METHODS: tuple = (
     "swapaxes", "swapdims", "tan", "tanh", "tensor_split", "tile", "to", "to_lazystack", "to_namedtuple",
     "tolist", "transpose", "true_divide", "trunc", "type", "uint16", "uint32", "uint64", "uint8", "unbind",
     "unflatten", "unflatten_keys", "unsqueeze", "var", "view", "where",
+    # drop-in members (issue 18)
+    "as_tensor", "attrs", "backward", "cat_from_tensordict", "densify", "entry_class", "fliplr", "flipud",
+    "from_dict_instance", "new_tensor", "pad", "rename_keys", "rot90", "stack_from_tensordict", "to_padded_tensor",
+    "to_pytree",
 )
 
 # Members that write into the collection's tensors: run on a copy, then written back in place.
@@ -455,7 +460,8 @@ WRITE_BACK_METHODS: tuple = (
 
 # Members that change which entries the collection holds, never a tensor's values: run on a new
 # structure over the same leaves, then the changed entries are replaced.
-RESTRUCTURE_METHODS: tuple = ("clear", "create_nested", "filter_empty_", "popitem", "rename_key_", "set_non_tensor")
+RESTRUCTURE_METHODS: tuple = ("clear", "create_nested", "filter_empty_", "popitem", "rename_key_", "set_non_tensor",
+                              "cat_tensors", "stack_tensors")
 
 DENSE_PROPERTIES: tuple = ("data", "depth", "dtype", "grad", "is_cpu", "is_cuda", "is_meta", "requires_grad",
                            "sorted_keys")

@@ -23,11 +23,30 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ._collectives import all_gather, all_reduce, broadcast
 # The tag chain keeps its former names here: tests/test_distributed.py reads them from this module.
-from ._per_leaf import last_tag as _last_tag, next_pseudo_tag as _next_pseudo_tag, tags as _tags  # noqa: F401
-from ._point_to_point import point_to_point
-from ._transfer import StructureMismatchError, TransferHandle
+import importlib
+
+# The implementation modules are imported on first use: a program that never sends a TensorDict doesn't
+# pay for them in ``import torchdict`` (their objects count towards a full collection of torch's heap).
+_DEFINED_IN = {
+    "StructureMismatchError": "_transfer", "TransferHandle": "_transfer",
+    "_last_tag": ("_per_leaf", "last_tag"), "_next_pseudo_tag": ("_per_leaf", "next_pseudo_tag"),
+    "_tags": ("_per_leaf", "tags"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _DEFINED_IN.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module_name, attribute = (where, name) if isinstance(where, str) else where
+    return getattr(importlib.import_module(f"torchdict.{module_name}"), attribute)
+
+
+def _point_to_point(*args: Any, **kwargs: Any) -> Any:
+    from ._point_to_point import point_to_point
+
+    return point_to_point(*args, **kwargs)
 
 __all__ = ["DistributedMixin", "StructureMismatchError", "TransferHandle"]
 
@@ -59,7 +78,7 @@ class DistributedMixin:
             >>> td = TensorDict(a=torch.ones(3), b={"c": torch.ones(3, 2)}, batch_size=[3])  # doctest: +SKIP
             >>> td.send(dst=1)            # on rank 0                                        # doctest: +SKIP
         """
-        point_to_point(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf, consolidated,
+        _point_to_point(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf, consolidated,
                        sending=True, at_once=False)
 
     def recv(self, src: Optional[int] = None, *, group: Any = None, group_src: Optional[int] = None,
@@ -78,7 +97,7 @@ class DistributedMixin:
             >>> td.recv(src=0)            # on rank 1                                         # doctest: +SKIP
             1
         """
-        return point_to_point(self, src, group, group_src, init_tag, pseudo_rand, per_leaf, consolidated,
+        return _point_to_point(self, src, group, group_src, init_tag, pseudo_rand, per_leaf, consolidated,
                               sending=False, at_once=False)[1]
 
     def isend(self, dst: Optional[int] = None, *, group: Any = None, group_dst: Optional[int] = None,
@@ -99,7 +118,7 @@ class DistributedMixin:
             >>> loss = model(batch)                             # overlaps with the transfer  # doctest: +SKIP
             >>> for handle in handles: handle.wait()            # doctest: +SKIP
         """
-        handles, last = point_to_point(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf,
+        handles, last = _point_to_point(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf,
                                        consolidated, sending=True, at_once=return_early)
         return handles if return_early else last
 
@@ -118,7 +137,7 @@ class DistributedMixin:
             >>> handles = td.irecv(src=0, return_premature=True)  # doctest: +SKIP
             >>> for handle in handles: handle.wait()                # doctest: +SKIP
         """
-        handles, _ = point_to_point(self, src, group, group_src, init_tag, pseudo_rand, per_leaf,
+        handles, _ = _point_to_point(self, src, group, group_src, init_tag, pseudo_rand, per_leaf,
                                     consolidated, sending=False, at_once=return_premature)
         return handles
 
@@ -135,6 +154,8 @@ class DistributedMixin:
             >>> td.broadcast(src=0)["w"]                                           # doctest: +SKIP
             tensor([0., 0., 0.])
         """
+        from ._collectives import broadcast
+
         return broadcast(self, src, group)
 
     def all_reduce(self, op: Any = None, *, group: Any = None, async_op: bool = False) -> Any:
@@ -151,7 +172,57 @@ class DistributedMixin:
             >>> td["g"]                                                          # doctest: +SKIP
             tensor([3., 3.])
         """
+        from ._collectives import all_reduce
+
         return all_reduce(self, op, group, async_op)
+
+    def reduce(self, dst: int, op: Any = None, async_op: bool = False, return_premature: bool = False,
+               group: Any = None, *, bucket_bytes: Optional[int] = None) -> Any:
+        """``torch.distributed.reduce`` of every tensor leaf into rank ``dst``, in place (``op``: SUM by
+        default); the other ranks' values are undefined afterwards. ``bucket_bytes`` reduces small leaves in
+        flat buckets; ``async_op=True, return_premature=True`` returns the works unwaited (see ``_remote``)."""
+        from ._remote import reduce
+
+        return reduce(self, dst, op, async_op, return_premature, group, bucket_bytes)
+
+    def init_remote(self, dst: Optional[int] = None, group: Any = None, device: Any = None,
+                    use_broadcast: bool = False, _tensorclass_type: Optional[str] = None) -> None:
+        """Send this TensorDict to rank ``dst``, which does not know its structure and calls
+        :meth:`from_remote_init`: a JSON skeleton (keys, shapes, dtypes, batch sizes; no pickling) then the
+        values. ``use_broadcast=True`` sends it to every rank of ``group``."""
+        from ._remote import init_remote
+
+        init_remote(self, dst, group, device, use_broadcast)
+
+    @classmethod
+    def from_remote_init(cls, src: int, group: Any = None, device: Any = None, use_broadcast: bool = False) -> Any:
+        """The TensorDict rank ``src`` sends with :meth:`init_remote` (a tensorclass comes back as its class when
+        that class is already imported here)."""
+        from ._remote import from_remote_init
+
+        return from_remote_init(src, group, device, use_broadcast)
+
+    def scatter(self, src: int, tensordicts: Optional[list] = None, *, group: Any = None, device: Any = None) -> Any:
+        """Rank ``src`` sends ``tensordicts[r]`` to each rank ``r``; every rank returns the one it receives (this
+        TensorDict is not used)."""
+        from ._remote import scatter
+
+        return scatter(self, src, tensordicts, group, device)
+
+    def gather_and_stack(self, dst: int, group: Any = None) -> Any:
+        """The other ranks' TensorDicts written, in rank order, into the rows of rank ``dst``'s TensorDict (first
+        batch dim ``world_size - 1``); returns self on ``dst``, None elsewhere."""
+        from ._remote import gather_and_stack
+
+        return gather_and_stack(self, dst, group)
+
+    async def asend(self, dst: Any) -> None:
+        """Send through a UCXX pipe (``await dst.asend(self)``)."""
+        await dst.asend(self)
+
+    async def arecv(self, src: Any, *, device: Any = None) -> Any:
+        """Receive through a UCXX pipe (``await src.arecv(self, device=device)``); use the returned TensorDict."""
+        return await src.arecv(self, device=device)
 
     def all_gather(self, *, group: Any = None) -> Any:
         """Every rank's TensorDict, stacked: a new TensorDict of batch ``[world_size, *batch_size]``.
@@ -165,4 +236,6 @@ class DistributedMixin:
             >>> TensorDict(r=torch.tensor(rank)).all_gather()["r"]  # doctest: +SKIP
             tensor([0, 1])
         """
+        from ._collectives import all_gather
+
         return all_gather(self, group)

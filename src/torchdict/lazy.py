@@ -181,16 +181,18 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
         return td
 
     @classmethod
-    def lazy_stack(cls, items: Sequence[TensorDict], dim: int = 0) -> "LazyStackedTensorDict":
-        """``lazy_stack(items, dim)``.
+    def lazy_stack(cls, input: Sequence[TensorDict], dim: int = 0, *, out: Any = None,
+                   **kwargs: Any) -> "LazyStackedTensorDict":
+        """``lazy_stack(input, dim, out=out)``.
 
         >>> LazyStackedTensorDict.lazy_stack([TensorDict(), TensorDict()]).batch_size
         torch.Size([2])
         """
-        return cls(*items, stack_dim=dim)
+        result = cls(*input, stack_dim=kwargs.pop("stack_dim", dim))
+        return result if out is None else _stacked_into(out, result)
 
     @classmethod
-    def maybe_dense_stack(cls, items: Sequence[TensorDict], dim: int = 0) -> Any:
+    def maybe_dense_stack(cls, input: Sequence[TensorDict], dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
         """``torch.stack(items, dim)`` when the members hold the same keys with the same shapes, else lazy.
 
         >>> import torch
@@ -199,7 +201,7 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
         >>> type(LazyStackedTensorDict.maybe_dense_stack([TensorDict(a=0), TensorDict(b=1)])).__name__
         'LazyStackedTensorDict'
         """
-        return maybe_dense_stack(items, dim)
+        return maybe_dense_stack(input, dim, out=out)
 
     # ------------------------------------------------------------------ shape and members
     @property
@@ -634,12 +636,17 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
         self._tds.extend(tds)
 
     # ------------------------------------------------------------------ conversions
-    def contiguous(self) -> TensorDict:
-        """A dense TensorDict (``torch.stack`` of the members); ragged entries raise.
+    def contiguous(self, *, canonical: bool = False, inplace: bool = False) -> TensorDict:
+        """A dense TensorDict (``torch.stack`` of the members, whose leaves have row-major strides: ``canonical``
+        changes nothing); ragged entries raise. A lazy stack can't become dense in place (``inplace=True``
+        raises ``NotImplementedError``, as upstream).
 
         >>> lazy_stack([TensorDict(a=0), TensorDict(a=1)]).contiguous()["a"]
         tensor([0, 1])
         """
+        if inplace:
+            raise NotImplementedError("contiguous(inplace=True) is not supported on LazyStackedTensorDict. Call "
+                                      ".to_tensordict() first or use inplace=False.")
         for key in self.keys(True, True):
             values = self._member_values(key)
             if is_ragged(values):
@@ -693,6 +700,12 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
 
     # ------------------------------------------------------------------ printing
     def __repr__(self) -> str:
+        from .printing import PRINT_OPTIONS
+
+        if PRINT_OPTIONS["compact"]:
+            from ._compact_repr import compact_repr
+
+            return compact_repr(self)
         fields = {}
         mixed = set()
         for key in self.keys():
@@ -751,7 +764,7 @@ def _undo_record(td: TensorDict, keys: tuple) -> tuple:
     return keys, value
 
 
-def lazy_stack(items: Sequence[TensorDict], dim: int = 0) -> LazyStackedTensorDict:
+def lazy_stack(input: Sequence[TensorDict], dim: int = 0, *, out: Any = None, **kwargs: Any) -> LazyStackedTensorDict:
     """Stack TensorDicts along a new batch dim ``dim`` without copying them.
 
     The members must have the same batch size and device; their leaves may
@@ -763,11 +776,23 @@ def lazy_stack(items: Sequence[TensorDict], dim: int = 0) -> LazyStackedTensorDi
     >>> td = lazy_stack(tds, dim=-1)
     >>> td.batch_size, td.stack_dim
     (torch.Size([3, 2]), 1)
+
+    ``out`` (a collection of the stacked batch size) receives the stack's values in place and is returned.
     """
-    return LazyStackedTensorDict(*items, stack_dim=dim)
+    result = LazyStackedTensorDict(*input, stack_dim=kwargs.pop("stack_dim", dim))
+    return result if out is None else _stacked_into(out, result)
 
 
-def maybe_dense_stack(items: Sequence[TensorDict], dim: int = 0) -> Any:
+def _stacked_into(out: Any, result: Any) -> Any:
+    """``out=`` of the stacking functions: ``result``'s values copied into ``out`` (same batch size); ``out``."""
+    if out.batch_size != result.batch_size:
+        raise RuntimeError(f"out.batch_size and stacked batch size must match, got out.batch_size={out.batch_size} "
+                           f"and batch_size={result.batch_size}")
+    out.update_(result)
+    return out
+
+
+def maybe_dense_stack(input: Sequence[TensorDict], dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
     """``torch.stack(items, dim)`` (dense) when every member holds the same leaves with the same shapes,
     else ``lazy_stack(items, dim)``.
 
@@ -775,7 +800,9 @@ def maybe_dense_stack(items: Sequence[TensorDict], dim: int = 0) -> Any:
     >>> type(maybe_dense_stack([TensorDict(a=torch.zeros(1)), TensorDict(a=torch.zeros(2))])).__name__
     'LazyStackedTensorDict'
     """
-    items = list(items)
+    if out is not None:
+        return _stacked_into(out, maybe_dense_stack(input, dim))
+    items = list(input)
     if not items:
         raise RuntimeError("items cannot be empty")
     if all(isinstance(td, LazyStackedTensorDict) for td in items):

@@ -56,7 +56,9 @@ class ParallelMixin:
 
         ``num_workers=None`` uses every CPU available, ``0`` runs in this
         process; ``pool`` is a :class:`torchdict.parallel.WorkerPool` reused
-        across calls. Workers start with ``fork`` on Linux (``mp_start_method``
+        across calls, or (as upstream) a ``multiprocessing.Pool`` or a ``concurrent.futures`` executor, which
+        receive pickled copies of the chunks (see ``torchdict._foreign_pool`` for what a dead worker does
+        there). Workers start with ``fork`` on Linux (``mp_start_method``
         to change it: under ``spawn``, ``fn`` must be importable, as in the
         ``if __name__ == "__main__"`` idiom). A plain (not shared, not
         memory-mapped) TensorDict is moved to shared memory first, in place
@@ -74,6 +76,12 @@ class ParallelMixin:
             >>> td.map(lambda chunk: chunk.set("y", chunk["x"] * 2), num_workers=2, chunksize=2)["y"]
             tensor([ 0.,  2.,  4.,  6.,  8., 10.])
         """
+        if pool is not None and _is_foreign_pool(pool):
+            # A multiprocessing.Pool or a concurrent.futures executor, as upstream accepts (see _foreign_pool).
+            from ._foreign_pool import map_with_pool
+
+            return map_with_pool(self, fn, dim, pool, chunksize=chunksize, num_chunks=num_chunks, out=out,
+                                 timeout=timeout)
         return run_map(self, fn, dim, num_workers, chunksize=chunksize, num_chunks=num_chunks, pool=pool,
                        generator=generator, max_tasks_per_child=max_tasks_per_child,
                        worker_threads=worker_threads, pbar=pbar, mp_start_method=mp_start_method, out=out,
@@ -101,6 +109,11 @@ class ParallelMixin:
             >>> [chunk["x"].tolist() for chunk in td.map_iter(lambda c: c, num_workers=2, chunksize=4)]
             [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0]]
         """
+        if pool is not None and _is_foreign_pool(pool):
+            from ._foreign_pool import map_iter_with_pool
+
+            return map_iter_with_pool(self, fn, dim, pool, shuffle=shuffle, chunksize=chunksize,
+                                      num_chunks=num_chunks, generator=generator, timeout=timeout)
         return run_map_iter(self, fn, dim, num_workers, shuffle=shuffle, chunksize=chunksize,
                             num_chunks=num_chunks, pool=pool, generator=generator,
                             max_tasks_per_child=max_tasks_per_child, worker_threads=worker_threads,
@@ -108,6 +121,12 @@ class ParallelMixin:
 
 
 # ---------------------------------------------------------------------- shared set-up
+def _is_foreign_pool(pool: Any) -> bool:
+    from ._foreign_pool import is_foreign_pool
+
+    return is_foreign_pool(pool)
+
+
 class _NoProgress:
     def update(self, count: int = 1) -> None:
         pass

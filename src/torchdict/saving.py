@@ -45,7 +45,6 @@ import torch
 from ._base import TensorCollection, tensordict_class
 from ._filenames import key_to_filename
 from ._folder_swap import FolderSwap, begin_swap, holds_only_a_save, recover
-from ._loading import load_memmap as _load_memmap
 from ._meta_json import META_FILE, folder_meta, meta_unchanged, remove_meta, tensor_entry, write_meta_atomic
 from ._nofollow import link_refused
 from ._saved_classes import register_saved_class, saved_class_name
@@ -59,6 +58,13 @@ from .memmap import (
     write_tensor_file,
 )
 from .nontensor import NonTensorData, NonTensorStack
+
+
+def _load_memmap(*args: Any, **kwargs: Any) -> Any:
+    # The loader is imported on first load: ``import torchdict`` doesn't pay for it.
+    from ._loading import load_memmap
+
+    return load_memmap(*args, **kwargs)
 
 __all__ = [
     "PersistenceMixin",

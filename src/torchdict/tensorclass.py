@@ -97,15 +97,21 @@ class TensorClass(_Base):
     __slots__ = ()
     __hash__ = None  # type: ignore[assignment]
 
-    def __init_subclass__(cls, *, _template: bool = False, **options: Any) -> None:
+    def __init_subclass__(cls, *, _template: bool = False, cast_filter: Optional[Callable] = None,
+                          **options: Any) -> None:
         unknown = set(options) - set(OPTION_NAMES)
         if unknown:
             raise TypeError(f"Unknown tensorclass option(s) {sorted(unknown)}; expected some of {OPTION_NAMES}.")
         super().__init_subclass__()
         merged = dict(cls._tc_options)
         merged.update({key: bool(value) for key, value in options.items()})
+        if merged["tensor_only"] and (merged["autocast"] or merged["nocast"]):
+            raise TypeError("tensor_only and autocast or nocast are exclusive features.")
         cls._tc_options = merged
         cls._tc_frozen = merged["frozen"]
+        if cast_filter is not None:
+            cls._tc_cast_filter = cast_filter  # inherited by subclasses, as upstream
+        cls._tc_rebuild_post_init = hasattr(cls, "__post_init__") and not merged["skip_post_init_on_rebuild"]
         cls._tc_is_template = _template
         if not _template:
             _build_class(cls)
@@ -237,11 +243,21 @@ def _check_field_names(cls: type, names: list) -> None:
             )
 
 
+def _check_tensor_only(cls: type) -> None:
+    """``tensor_only``: every field annotated with a tensor or collection type (``Optional`` of one allowed)."""
+    if not cls._tc_options["tensor_only"]:
+        return
+    for spec in cls._tc_fields.values():
+        if not spec.tensor_like:
+            raise TypeError("tensor_only requires types to be Tensor, Tensor-subtypes or None.")
+
+
 def _build_class(cls: type) -> None:
     """Turn an annotated subclass of TensorClass into a tensorclass (fields, accessors, __init__)."""
     fields = declare_fields(cls)
     _check_field_names(cls, [field.name for field in fields])
     install_fields(cls, fields)
+    _check_tensor_only(cls)
     # Saved folders name their class; loading finds it here and never imports a module.
     register_saved_class(cls)
     _register_pytree(cls)
@@ -276,18 +292,25 @@ def tensorclass(cls: type[_T], /) -> type[_T]: ...
 
 @overload
 def tensorclass(cls: None = None, /, *, autocast: bool = False, frozen: bool = False, nocast: bool = False,
-                shadow: bool = False, kw_only: bool = False) -> Callable[[type[_T]], type[_T]]: ...
+                shadow: bool = False, tensor_only: bool = False, skip_post_init_on_rebuild: bool = False,
+                cast_filter: Optional[Callable] = None, kw_only: bool = False) -> Callable[[type[_T]], type[_T]]: ...
 
 
 @dataclass_transform()
 def tensorclass(cls: Any = None, /, *, autocast: bool = False, frozen: bool = False, nocast: bool = False,
-                shadow: bool = False, kw_only: bool = False) -> Any:
+                shadow: bool = False, tensor_only: bool = False, skip_post_init_on_rebuild: bool = False,
+                cast_filter: Optional[Callable] = None, kw_only: bool = False) -> Any:
     """Turn an annotated class into a tensorclass (a dataclass-like TensorDict).
 
     Options: ``autocast`` casts values to the field annotations; ``frozen`` forbids
     assignments and locks the content; ``nocast`` keeps Python numbers as they are;
     ``shadow`` allows field names that hide a TensorDict method; ``kw_only`` makes
-    every field keyword-only.
+    every field keyword-only; ``tensor_only`` requires every field to be annotated with a
+    tensor or collection type (exclusive with ``autocast`` / ``nocast``);
+    ``skip_post_init_on_rebuild`` runs ``__post_init__`` only when an instance is built
+    from new data (``__init__``, ``from_tensordict``, ``from_dict``, loading), not when an
+    op rebuilds one from another's data (indexing, ``clone``, ``to``, ``torch.stack``);
+    ``cast_filter(key, leaf) -> bool`` is the instances' default filter of the dtype casts.
 
     >>> import torch
     >>> @tensorclass
@@ -298,14 +321,22 @@ def tensorclass(cls: Any = None, /, *, autocast: bool = False, frozen: bool = Fa
     >>> data[data.label > 6].batch_size
     torch.Size([3])
     """
-    options = {"autocast": autocast, "frozen": frozen, "nocast": nocast, "shadow": shadow, "kw_only": kw_only}
+    options = {"autocast": autocast, "frozen": frozen, "nocast": nocast, "shadow": shadow, "kw_only": kw_only,
+               "tensor_only": tensor_only, "skip_post_init_on_rebuild": skip_post_init_on_rebuild}
+    if tensor_only and (autocast or nocast):
+        raise TypeError("tensor_only and autocast or nocast are exclusive features.")
 
     def wrap(user_cls: type) -> type:
-        chosen = {key: value for key, value in options.items() if value}
+        chosen: dict = {key: value for key, value in options.items() if value}
         if issubclass(user_cls, TensorClass):
             # Already built by TensorClass.__init_subclass__: apply the options to it.
             user_cls._tc_options = {**user_cls._tc_options, **chosen}
             user_cls._tc_frozen = user_cls._tc_options["frozen"]
+            if cast_filter is not None:
+                user_cls._tc_cast_filter = cast_filter
+            user_cls._tc_rebuild_post_init = (hasattr(user_cls, "__post_init__")
+                                              and not user_cls._tc_options["skip_post_init_on_rebuild"])
+            _check_tensor_only(user_cls)
             _check_field_names(user_cls, list(user_cls._tc_field_names))
             for spec in user_cls._tc_fields.values():
                 spec.apply_options()
@@ -319,6 +350,8 @@ def tensorclass(cls: Any = None, /, *, autocast: bool = False, frozen: bool = Fa
         namespace = {key: value for key, value in user_cls.__dict__.items() if key not in skipped}
         namespace.pop("__slots__", None)
         bases = tuple(base for base in user_cls.__bases__ if base is not object) + (TensorClass,)
+        if cast_filter is not None:
+            chosen["cast_filter"] = cast_filter
         new_cls = type(user_cls)(user_cls.__name__, bases, namespace, **chosen)
         _fix_class_cells(namespace, user_cls, new_cls)
         return new_cls

@@ -7,13 +7,15 @@ what every one of them relies on.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import FunctionType
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
-from . import _keyops, _update
-from ._accel import install_tensordict_getitem, leaves_fit, tensor_len as _tensor_len
+from . import _keyops, _options, _update
+from ._accel import install_tensordict_getitem, leaves_fit, leaves_fit_batch, shape_fits, tensor_len as _tensor_len
 from ._apply import ApplyMixin
+from ._autograd import AutogradMixin
 from ._base import TensorCollection
 from .base import TensorDictBase
 from ._constructors import ConstructorsMixin
@@ -34,15 +36,17 @@ from ._errors import (
 )
 from ._indexing import IndexingMixin, index_basic
 from ._keys import key_to_tuple
+from ._key_members import KeyMembersMixin
 from ._locking import LockingMixin
 from ._names import NamesMixin
 from ._rebatch import set_batch_size
 from ._moves import MovesMixin
 from ._ops import OpsMixin
+from ._padding import PaddingMixin
 from ._shape import ShapeMixin
 from ._state_dict import StateDictMixin
 from ._torch_function import TorchFunctionMixin
-from ._views import ItemsView, KeysView, ValuesView
+from ._views import ItemsView, KeysView, ValuesView, entries_of as _storage_of
 from ._write_checks import broadcasts_into
 from .distributed import DistributedMixin
 from ._module_swap import ModuleMixin
@@ -107,6 +111,9 @@ class TensorDict(
     ConstructorsMixin,
     ConversionsMixin,
     StateDictMixin,
+    KeyMembersMixin,
+    PaddingMixin,
+    AutogradMixin,
     ExtrasMixin,
     TensorDictBase,
 ):
@@ -121,9 +128,10 @@ class TensorDict(
     torch.Size([])
     """
 
-    # _batch_len: quick_batch_len(_batch_size), or -1 until a write computes it.
+    # _batch_len: quick_batch_len(_batch_size), or -1 until a write computes it. _consolidated and _stream
+    # (consolidate(), record_stream(); _consolidate.py) are left unset until used: read them with getattr.
     __slots__ = ("_tensordict", "_batch_size", "_batch_len", "_device", "_names", "_is_locked", "_lock_parents",
-                 "_cm", "_is_memmap", "_saved_path", "__weakref__")
+                 "_cm", "_is_memmap", "_saved_path", "_consolidated", "_stream", "__weakref__")
 
     # torch looks ``__torch_function__`` up on every TensorDict argument in a way that walks
     # the MRO each time (measured); found first here, ``torch.stack`` of 10 saves ~2 µs.
@@ -156,9 +164,10 @@ class TensorDict(
         batch_size = parse_batch_size(batch_size)
         device = parse_device(device)
         n_batch = len(batch_size)
-        if n_batch == 1 and device is None and type(source) is dict and leaves_fit(source, batch_size[0]):
-            # A flat dict of tensors for a one-dim batch (the commonest call), checked in C-level
-            # passes; anything else is converted and checked entry by entry below.
+        if n_batch and device is None and type(source) is dict and (
+                leaves_fit(source, batch_size[0]) if n_batch == 1 else leaves_fit_batch(source, batch_size)):
+            # A flat dict of tensors (the commonest call), checked in C-level passes; anything else
+            # is converted and checked entry by entry below.
             self._init_state(dict(source), batch_size, None, None)
             source = {}
         else:
@@ -191,7 +200,10 @@ class TensorDict(
             self._lock_tree()
 
     # Build a TensorDict from already-valid parts, skipping every check (see new_unsafe).
-    _new_unsafe = classmethod(new_unsafe)
+    # A copy of new_unsafe named after the attribute: Dynamo (torch 2.13) reads a classmethod back
+    # through the attribute its function is named after.
+    _new_unsafe = classmethod(FunctionType(new_unsafe.__code__, new_unsafe.__globals__, "_new_unsafe",
+                                           new_unsafe.__defaults__))
 
     def _init_state(self, storage: dict, batch_size: torch.Size, device: Optional[torch.device],
                     names: Optional[list]) -> None:
@@ -330,10 +342,14 @@ class TensorDict(
         """
         if type(key) is str:
             value = self._tensordict.get(key, default)
-            return None if value is _NO_DEFAULT else value
+            if value is _NO_DEFAULT:
+                if _options.GET_DEFAULTS_TO_NONE:
+                    return None
+                raise missing_key_error(key, self._tensordict)
+            return value
         keys = key_to_tuple(key)
         if default is _NO_DEFAULT:
-            return self._get_path(keys, None)
+            return self._get_path(keys, None if _options.GET_DEFAULTS_TO_NONE else _MISSING)
         try:
             return self._get_path(keys, default)
         except KeyThroughLeafError:
@@ -342,24 +358,39 @@ class TensorDict(
     def _get_path(self, keys: tuple, default: Any = _MISSING) -> Any:
         storage = self._tensordict
         last = len(keys) - 1
-        for position, key in enumerate(keys):
+        position = 0
+        for key in keys:
             value = storage.get(key, _MISSING)
-            if value is _MISSING:
+            if position == last:
+                if value is _MISSING:
+                    if default is not _MISSING:
+                        return default
+                    raise missing_key_error(keys if last else key, storage)
+                return value
+            # Walking down: a plain TensorDict first (one type test), the other cases after.
+            if type(value) is TensorDict:
+                storage = value._tensordict
+            elif value is _MISSING:
                 if default is not _MISSING:
                     return default
-                raise missing_key_error(keys if last else key, storage)
-            if position == last:
-                return value
-            if isinstance(value, TensorCollection):
-                storage = _as_td(value)._tensordict
+                raise missing_key_error(keys, storage)
+            elif isinstance(value, TensorCollection):
+                storage = _storage_of(value)
             else:
                 raise through_leaf_error(key, value, keys[position + 1])
+            position += 1
         return self
 
-    def get_at(self, key: Any, index: Any, default: Any = None) -> Any:
+    def get_at(self, key: Any, index: Any, default: Any = _NO_DEFAULT) -> Any:
         """``td.get(key)[index]``; ``default`` (None) when the key is missing, as upstream."""
         value = self.get(key, _MISSING)
-        return default if value is _MISSING else value[index]
+        if value is _MISSING:
+            if default is not _NO_DEFAULT:
+                return default
+            if _options.GET_DEFAULTS_TO_NONE:
+                return None
+            raise missing_key_error(key, self._tensordict)
+        return value[index]
 
     def get_non_tensor(self, key: Any, default: Any = _MISSING) -> Any:
         """The raw Python value of a non-tensor entry."""
@@ -426,7 +457,8 @@ class TensorDict(
                 # The quick check (see quick_batch_len): the C length of the tensor against the
                 # recorded one; anything else gets the full check. This sets the speed of td[key] = t.
                 batch_len = self._batch_len
-                if batch_len and _tensor_len(value) != batch_len:
+                if batch_len and _tensor_len(value) != batch_len and not (
+                        batch_len < 0 and shape_fits(value, self._batch_size)):  # a batch of 2+ dims
                     self._check_fits(value, index)
                 if self._device is not None and value.device != self._device:
                     value = value.to(self._device)
@@ -685,15 +717,24 @@ class TensorDict(
         return _update.update_(self, input_dict_or_td, clone=clone, non_blocking=non_blocking,
                                keys_to_update=keys_to_update, kwargs=kwargs)
 
-    copy_ = update_
+    def copy_(self, tensordict: Any, non_blocking: bool = False) -> "TensorDict":
+        """``update_(tensordict)``: copy its entries into the existing ones, in place; returns self."""
+        return self.update_(tensordict, non_blocking=non_blocking)
 
     def update_at_(self, input_dict_or_td: Any, idx: Any, clone: bool = False, *, non_blocking: bool = False,
                    keys_to_update: Optional[Sequence[Any]] = None) -> "TensorDict":
         """Write entries in place at batch index ``idx``; returns self."""
         return _update.update_at_(self, input_dict_or_td, idx, clone=clone, keys_to_update=keys_to_update)
 
-    def copy_at_(self, tensordict: Any, idx: Any, non_blocking: bool = False) -> "TensorDict":
-        """``update_at_(tensordict, idx)``: write its entries in place at batch index ``idx``."""
+    def copy_at_(self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool = True) -> "TensorDict":
+        """Write ``tensordict``'s entries in place at batch index ``idx``.
+
+        ``fast=True`` (upstream's default) takes a TensorDict of tensors that fit ``self[idx]`` exactly and
+        refuses anything else with ``RuntimeError``; ``fast=False`` is ``update_at_`` (dicts, broadcasting,
+        tensor indices).
+        """
+        if fast:
+            _update.check_fast_copy(self, tensordict, idx)
         return self.update_at_(tensordict, idx, non_blocking=non_blocking)
 
     # ------------------------------------------------------------------ removing
@@ -751,8 +792,11 @@ class TensorDict(
             storage[key] = leaf.copy() if isinstance(leaf, TensorCollection) else leaf
         return self._new_like(storage)
 
-    def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> "TensorDict":
-        """Only the given keys, with the nested structure kept; leaves are shared."""
+    def select(self, *keys: Any, inplace: bool = False, strict: bool = True, as_tensordict: bool = False) -> "TensorDict":
+        """Only the given keys, with the nested structure kept; leaves are shared.
+
+        ``as_tensordict=True`` matters for a tensorclass (a TensorDict instead of an instance of its class).
+        """
         return _keyops.select(self, keys, inplace=inplace, strict=strict)
 
     def exclude(self, *keys: Any, inplace: bool = False) -> "TensorDict":

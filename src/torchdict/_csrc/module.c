@@ -11,11 +11,18 @@
  *                    tensor_len(t)            the first size of a tensor (0 for a 0-dim one)
  *                    leaves_fit(source, n)    every key of a dict a str, every value a tensor of first size n
  *                    lengths_fit(values, n)   every item of a list or tuple a tensor of first size n
- *   tree.c         make_getitem: TensorDict's td["key"] / td["a", "b"] (twin: its Python __getitem__);
+ *                    shape_fits(t, batch)     t a tensor whose shape starts with batch (any number of dims)
+ *                    leaves_fit_batch(source, batch)  leaves_fit for a batch of any number of dims
+ *                  descriptor_setter(descr): descr.__set__ as a builtin function (for torch.compile)
+ *   tree.c         install_getitem: TensorDict's td["key"] / td["a", "b"] (twin: its Python __getitem__);
  *                  collect_tree, zip_dict: apply(fn) on a plain tree (_apply_tree.py_collect_tree,
  *                  _accel.py_zip_dict)
  *   tensorclass.c  make_field_indexer: data[i] / data[a:b] (twin: _tensorclass_indexing's generated
- *                  code); make_field_init: Cls(*tensors, batch_size=[n]) (_tensorclass_fields.make_init)
+ *                  code); make_field_init: Cls(*tensors, batch_size=[n]) (_tensorclass_fields.make_init);
+ *                  front_getitem / front_init / fronted: those two run from the class's type slots
+ *
+ * The C methods run from type slots (mp_subscript, tp_init) while the class __dict__ keeps the
+ * Python functions: torch.compile's Dynamo reads the class __dict__ and traces Python, never C.
  */
 #include "speedups.h"
 
@@ -23,6 +30,7 @@ PyTypeObject *td_tensor_base = NULL;
 lenfunc td_tensor_length = NULL;
 PyTypeObject *td_plain_tensor = NULL;
 PyObject *td_empty_tuple = NULL;
+static PyObject *str_shape = NULL;  /* "shape", interned */
 
 int
 td_check_args(const char *name, Py_ssize_t nargs, Py_ssize_t expected)
@@ -173,6 +181,138 @@ td_lengths_fit(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     Py_RETURN_TRUE;
 }
 
+/* 1 when `value` is a tensor whose shape starts with `batch` (a tuple of ints: a torch.Size), 0
+ * when not (or not a tensor), -1 on an error. The first size comes from torch's C length (no
+ * Python object); only a batch of two or more dims reads `shape`. */
+static int
+td_shape_fits(PyObject *value, PyObject *batch)
+{
+    Py_ssize_t n_batch = PyTuple_GET_SIZE(batch);
+    Py_ssize_t first = td_first_size(value);
+    if (first == -2) {
+        return 0;
+    }
+    if (first == -1) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            return 0;
+        }
+        return -1;
+    }
+    if (n_batch == 0) {
+        return 1;
+    }
+    Py_ssize_t wanted = PyLong_AsSsize_t(PyTuple_GET_ITEM(batch, 0));
+    if (wanted == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (first != wanted) {
+        return 0;
+    }
+    /* A 0-dim tensor's C length is 0: a batch starting with 0 needs the shape too. */
+    if (n_batch == 1 && first > 0) {
+        return 1;
+    }
+    Py_INCREF(value);  /* torch may run Python code (a subclass's __torch_function__) */
+    PyObject *shape = PyObject_GetAttr(value, str_shape);
+    Py_DECREF(value);
+    if (shape == NULL) {
+        return -1;
+    }
+    int result = 0;
+    if (PyTuple_Check(shape) && PyTuple_GET_SIZE(shape) >= n_batch) {
+        result = 1;
+        for (Py_ssize_t i = 1; i < n_batch && result == 1; i++) {
+            result = PyObject_RichCompareBool(PyTuple_GET_ITEM(shape, i), PyTuple_GET_ITEM(batch, i), Py_EQ);
+        }
+    }
+    Py_DECREF(shape);
+    return result;
+}
+
+static int
+check_batch(const char *name, PyObject *batch)
+{
+    if (!PyTuple_Check(batch)) {
+        PyErr_Format(PyExc_TypeError, "%s expects the batch size as a torch.Size or a tuple", name);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+td_shape_fits_py(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (td_check_args("shape_fits", nargs, 2) < 0 || td_check_ready() < 0 || check_batch("shape_fits", args[1]) < 0) {
+        return NULL;
+    }
+    int ok = td_shape_fits(args[0], args[1]);
+    return ok < 0 ? NULL : PyBool_FromLong(ok);
+}
+
+static PyObject *
+td_leaves_fit_batch(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t pos = 0;
+    PyObject *key, *value;
+    if (td_check_args("leaves_fit_batch", nargs, 2) < 0 || td_check_ready() < 0
+            || check_batch("leaves_fit_batch", args[1]) < 0) {
+        return NULL;
+    }
+    if (!PyDict_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "leaves_fit_batch expects a dict");
+        return NULL;
+    }
+    PyObject *source = args[0];
+    if (PyDict_GET_SIZE(source) == 0) {
+        Py_RETURN_FALSE;
+    }
+    while (PyDict_Next(source, &pos, &key, &value)) {  /* keys first: no Python code runs */
+        if (!PyUnicode_Check(key)) {
+            Py_RETURN_FALSE;
+        }
+    }
+    pos = 0;
+    while (PyDict_Next(source, &pos, &key, &value)) {
+        int ok = td_shape_fits(value, args[1]);
+        if (ok <= 0) {
+            return ok < 0 ? NULL : Py_NewRef(Py_False);
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
+/* descriptor_setter(descr): a builtin function (instance, value) -> None running descr.__set__
+ * (descr bound as its self). What a method-wrapper like descr.__set__ does, as fast, but as a
+ * builtin function: torch.compile can be given a traceable twin for a function, not for a
+ * method-wrapper (see _compile.py). */
+static PyObject *
+descriptor_set(PyObject *descr, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (td_check_args("descriptor setter", nargs, 2) < 0) {
+        return NULL;
+    }
+    if (Py_TYPE(descr)->tp_descr_set(descr, args[0], args[1]) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef descriptor_set_def = {
+    "descriptor_set", (PyCFunction)(void (*)(void))descriptor_set, METH_FASTCALL,
+    "descriptor_set(instance, value): the bound descriptor's __set__."
+};
+
+static PyObject *
+descriptor_setter(PyObject *Py_UNUSED(module), PyObject *descr)
+{
+    if (Py_TYPE(descr)->tp_descr_set == NULL) {
+        PyErr_SetString(PyExc_TypeError, "descriptor_setter expects a data descriptor");
+        return NULL;
+    }
+    return PyCFunction_NewEx(&descriptor_set_def, descr, NULL);
+}
+
 static PyObject *
 setup(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
@@ -203,16 +343,28 @@ static PyMethodDef module_methods[] = {
     {"zip_dict", (PyCFunction)(void (*)(void))td_zip_dict, METH_FASTCALL,
      "zip_dict(keys, values, start, count): dict(zip(keys, values[start:start + count]))."},
     {"tensor_len", (PyCFunction)td_tensor_len, METH_O, "The first size of a tensor (0 for a 0-dim one)."},
+    {"descriptor_setter", (PyCFunction)descriptor_setter, METH_O,
+     "descriptor_setter(descr): a builtin function (instance, value) running descr.__set__."},
     {"leaves_fit", (PyCFunction)(void (*)(void))td_leaves_fit, METH_FASTCALL,
      "leaves_fit(source, n): every key a str, every value a tensor of first size n."},
     {"lengths_fit", (PyCFunction)(void (*)(void))td_lengths_fit, METH_FASTCALL,
      "lengths_fit(values, n): every item of a list or tuple a tensor of first size n."},
+    {"shape_fits", (PyCFunction)(void (*)(void))td_shape_fits_py, METH_FASTCALL,
+     "shape_fits(t, batch): t is a tensor whose shape starts with batch."},
+    {"leaves_fit_batch", (PyCFunction)(void (*)(void))td_leaves_fit_batch, METH_FASTCALL,
+     "leaves_fit_batch(source, batch): every key a str, every value a tensor whose shape starts with batch."},
     {"make_field_indexer", (PyCFunction)(void (*)(void))td_make_field_indexer, METH_FASTCALL,
      "make_field_indexer(names, state, general, no_batch, Tensor): a tensorclass's data[i] in C."},
     {"make_field_init", (PyCFunction)(void (*)(void))td_make_field_init, METH_FASTCALL,
      "make_field_init(names, state, general): a tensorclass's Cls(*tensors, batch_size=[n]) in C."},
-    {"make_getitem", (PyCFunction)(void (*)(void))td_make_getitem, METH_FASTCALL,
-     "make_getitem(cls, member, NonTensorData, NonTensorStack, general): a C __getitem__."},
+    {"install_getitem", (PyCFunction)(void (*)(void))td_install_getitem, METH_FASTCALL,
+     "install_getitem(cls, member, NonTensorData, NonTensorStack, general): td[key] in C, from the type slot."},
+    {"front_getitem", (PyCFunction)(void (*)(void))td_front_getitem, METH_FASTCALL,
+     "front_getitem(cls, indexer): data[i] of a tensorclass runs its FieldIndexer from the type slot."},
+    {"front_init", (PyCFunction)(void (*)(void))td_front_init, METH_FASTCALL,
+     "front_init(cls, init): Cls(...) of a tensorclass runs its FieldInit from the type slot."},
+    {"fronted", (PyCFunction)td_fronted, METH_O,
+     "fronted(cls): the names of the slots of cls that run C helpers."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -225,6 +377,9 @@ PyMODINIT_FUNC
 PyInit__speedups(void)
 {
     if (td_empty_tuple == NULL && (td_empty_tuple = PyTuple_New(0)) == NULL) {
+        return NULL;
+    }
+    if (str_shape == NULL && (str_shape = PyUnicode_InternFromString("shape")) == NULL) {
         return NULL;
     }
     PyObject *module = PyModule_Create(&speedups_module);

@@ -9,8 +9,8 @@
  * dict, index it, fill a new instance's dict, set its (batch, device) state. It only takes
  * an int or a slice on a one-dim batch with every field present and a plain torch.Tensor;
  * anything else, and an index the first field refuses (IndexError, ValueError), goes to the
- * general __getitem__, which words the error. It is a method descriptor (called unbound
- * with the instance first), so data[i] reaches it straight from the type's slot. */
+ * general __getitem__, which words the error. data[i] reaches it from the type's
+ * mp_subscript slot (front_getitem, below); called directly it takes the instance first. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -285,15 +285,15 @@ is_batch_size_keyword(PyObject *kwnames)
     return name == batch_size_name || (PyUnicode_CheckExact(name) && PyUnicode_Compare(name, batch_size_name) == 0);
 }
 
-/* 1 when the call was taken here, 0 for the general path, -1 on an error. */
+/* 1 when the call was taken here, 0 for the general path, -1 on an error. `fields` are the
+ * n_given positional arguments after the instance; `batch` the batch_size keyword's value. */
 static int
-init_fast(FieldInit *ix, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+init_fast(FieldInit *ix, PyObject *self, PyObject *const *fields, Py_ssize_t n_given, PyObject *batch)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(ix->names);
-    if (nargs != n + 1 || !is_batch_size_keyword(kwnames)) {
+    if (n_given != n) {
         return 0;
     }
-    PyObject *batch = args[nargs];
     if (!PyList_CheckExact(batch) || PyList_GET_SIZE(batch) != 1 || !PyLong_CheckExact(PyList_GET_ITEM(batch, 0))) {
         return 0;
     }
@@ -304,14 +304,13 @@ init_fast(FieldInit *ix, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
         return 0;
     }
     Py_INCREF(b0);  /* the list may change while torch runs Python code */
-    for (Py_ssize_t i = 1; i <= n; i++) {
-        int ok = td_fits(args[i], (Py_ssize_t)first);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int ok = td_fits(fields[i], (Py_ssize_t)first);
         if (ok <= 0) {
             Py_DECREF(b0);
             return ok;
         }
     }
-    PyObject *self = args[0];
     PyObject *out = PyObject_GenericGetDict(self, NULL);
     PyObject *new_batch = out == NULL ? NULL : PyTuple_Pack(1, b0);
     PyObject *new_state = new_batch == NULL ? NULL : PyTuple_Pack(2, new_batch, Py_None);
@@ -323,7 +322,7 @@ init_fast(FieldInit *ix, PyObject *const *args, Py_ssize_t nargs, PyObject *kwna
     }
     int failed = 0;
     for (Py_ssize_t i = 0; i < n && !failed; i++) {
-        failed = PyDict_SetItem(out, PyTuple_GET_ITEM(ix->names, i), args[i + 1]) < 0;
+        failed = PyDict_SetItem(out, PyTuple_GET_ITEM(ix->names, i), fields[i]) < 0;
     }
     Py_DECREF(out);
     if (!failed) {
@@ -337,7 +336,10 @@ static PyObject *
 init_vectorcall(FieldInit *ix, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    int taken = nargs >= 1 ? init_fast(ix, args, nargs, kwnames) : 0;
+    int taken = 0;
+    if (nargs >= 1 && is_batch_size_keyword(kwnames)) {
+        taken = init_fast(ix, args[0], args + 1, nargs - 1, args[nargs]);
+    }
     if (taken < 0) {
         return NULL;
     }
@@ -423,10 +425,195 @@ td_make_field_init(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_
     return (PyObject *)init;
 }
 
+/* ------------------------------------------------------------------ the type slots
+ * A FieldIndexer and a FieldInit do their work from the class's type slots (mp_subscript,
+ * tp_init), not from its __dict__: the class keeps Python functions under __getitem__ and
+ * __init__, which are what inspect and torch.compile read (Dynamo cannot look into C, and
+ * traces those functions instead), while data[i] and Cls(...) reach the C code straight from
+ * the slot. The helper object itself is kept in the class __dict__ (under a private name),
+ * where the slot function finds the one of the instance's class. Assigning __getitem__ or
+ * __init__ on the class afterwards gives the slot back to CPython (the Python function). */
+static PyObject *getitem_attr = NULL;  /* "_torchdict_c_getitem" */
+static PyObject *init_attr = NULL;     /* "_torchdict_c_init" */
+static PyObject *getitem_name = NULL;  /* "__getitem__" */
+static PyObject *init_name = NULL;     /* "__init__" */
+
+/* The helper of kind `kind` that `type` (exactly) holds under `attr`, as a new reference;
+ * NULL with or without an error set. */
+static PyObject *
+own_helper(PyTypeObject *type, PyObject *attr, PyTypeObject *kind)
+{
+    PyObject *dict = type->tp_dict;
+    if (dict == NULL) {
+        return NULL;
+    }
+    PyObject *helper = PyDict_GetItemWithError(dict, attr);
+    if (helper == NULL || !Py_IS_TYPE(helper, kind)) {
+        return NULL;
+    }
+    return Py_NewRef(helper);
+}
+
+static PyObject *
+getitem_slot(PyObject *self, PyObject *index)
+{
+    PyObject *args[2] = {self, index};
+    PyObject *helper = own_helper(Py_TYPE(self), getitem_attr, &FieldIndexerType);
+    if (helper != NULL) {
+        PyObject *result = indexer_vectorcall((FieldIndexer *)helper, args, 2, NULL);
+        Py_DECREF(helper);
+        return result;
+    }
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    /* The helper was taken away: the class's own __getitem__. */
+    PyObject *method = PyObject_GetAttr((PyObject *)Py_TYPE(self), getitem_name);
+    if (method == NULL) {
+        return NULL;
+    }
+    PyObject *result = PyObject_Vectorcall(method, args, 2, NULL);
+    Py_DECREF(method);
+    return result;
+}
+
+static int
+init_slot(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *general;
+    PyObject *helper = own_helper(Py_TYPE(self), init_attr, &FieldInitType);
+    if (helper != NULL) {
+        FieldInit *init = (FieldInit *)helper;
+        if (kwds != NULL && PyDict_GET_SIZE(kwds) == 1) {
+            PyObject *batch = PyDict_GetItemWithError(kwds, batch_size_name);
+            if (batch != NULL) {
+                Py_INCREF(batch);
+                int taken = init_fast(init, self, PySequence_Fast_ITEMS(args), PyTuple_GET_SIZE(args), batch);
+                Py_DECREF(batch);
+                if (taken != 0) {
+                    Py_DECREF(helper);
+                    return taken < 0 ? -1 : 0;
+                }
+            }
+            else if (PyErr_Occurred()) {
+                Py_DECREF(helper);
+                return -1;
+            }
+        }
+        general = Py_NewRef(init->general);
+        Py_DECREF(helper);
+    }
+    else if (PyErr_Occurred()) {
+        return -1;
+    }
+    else if ((general = PyObject_GetAttr((PyObject *)Py_TYPE(self), init_name)) == NULL) {
+        return -1;
+    }
+    /* general(self, *args, **kwds) */
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *full = PyTuple_New(n + 1);
+    if (full == NULL) {
+        Py_DECREF(general);
+        return -1;
+    }
+    PyTuple_SET_ITEM(full, 0, Py_NewRef(self));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyTuple_SET_ITEM(full, i + 1, Py_NewRef(PyTuple_GET_ITEM(args, i)));
+    }
+    PyObject *result = PyObject_Call(general, full, kwds);
+    Py_DECREF(full);
+    Py_DECREF(general);
+    if (result == NULL) {
+        return -1;
+    }
+    if (result != Py_None) {
+        PyErr_Format(PyExc_TypeError, "__init__() should return None, not '%.200s'", Py_TYPE(result)->tp_name);
+        Py_DECREF(result);
+        return -1;
+    }
+    Py_DECREF(result);
+    return 0;
+}
+
+static int
+check_heap_type(PyObject *cls, const char *name)
+{
+    if (!PyType_Check(cls) || !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE)
+            || ((PyTypeObject *)cls)->tp_as_mapping == NULL) {
+        PyErr_Format(PyExc_TypeError, "%s expects a class defined in Python", name);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *
+td_front_getitem(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    /* (cls, FieldIndexer): data[i] of cls instances runs the indexer from the type slot. */
+    if (td_check_args("front_getitem", nargs, 2) < 0 || check_heap_type(args[0], "front_getitem") < 0) {
+        return NULL;
+    }
+    if (!Py_IS_TYPE(args[1], &FieldIndexerType)) {
+        PyErr_SetString(PyExc_TypeError, "front_getitem expects a FieldIndexer");
+        return NULL;
+    }
+    if (PyObject_SetAttr(args[0], getitem_attr, args[1]) < 0) {
+        return NULL;
+    }
+    ((PyTypeObject *)args[0])->tp_as_mapping->mp_subscript = getitem_slot;
+    Py_RETURN_NONE;
+}
+
+PyObject *
+td_front_init(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    /* (cls, FieldInit): Cls(...) runs the FieldInit from the type slot. */
+    if (td_check_args("front_init", nargs, 2) < 0 || check_heap_type(args[0], "front_init") < 0) {
+        return NULL;
+    }
+    if (!Py_IS_TYPE(args[1], &FieldInitType)) {
+        PyErr_SetString(PyExc_TypeError, "front_init expects a FieldInit");
+        return NULL;
+    }
+    if (PyObject_SetAttr(args[0], init_attr, args[1]) < 0) {
+        return NULL;
+    }
+    ((PyTypeObject *)args[0])->tp_init = init_slot;
+    Py_RETURN_NONE;
+}
+
+PyObject *
+td_fronted(PyObject *Py_UNUSED(module), PyObject *cls)
+{
+    /* The names of the slots of `cls` the C helpers run from: a tuple of "__getitem__" / "__init__". */
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "fronted expects a class");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    binaryfunc subscript = type->tp_as_mapping == NULL ? NULL : type->tp_as_mapping->mp_subscript;
+    int getitem = subscript == getitem_slot || subscript == td_fast_getitem;
+    int init = type->tp_init == init_slot;
+    if (getitem && init) {
+        return PyTuple_Pack(2, getitem_name, init_name);
+    }
+    if (getitem || init) {
+        return PyTuple_Pack(1, getitem ? getitem_name : init_name);
+    }
+    return PyTuple_New(0);
+}
+
 int
 td_add_tensorclass_types(PyObject *module)
 {
     if (PyType_Ready(&FieldIndexerType) < 0 || PyType_Ready(&FieldInitType) < 0) {
+        return -1;
+    }
+    if ((getitem_attr = PyUnicode_InternFromString("_torchdict_c_getitem")) == NULL
+            || (init_attr = PyUnicode_InternFromString("_torchdict_c_init")) == NULL
+            || (getitem_name = PyUnicode_InternFromString("__getitem__")) == NULL
+            || (init_name = PyUnicode_InternFromString("__init__")) == NULL
+            || (batch_size_name == NULL && (batch_size_name = PyUnicode_InternFromString("batch_size")) == NULL)) {
         return -1;
     }
     if (PyModule_AddObjectRef(module, "FieldIndexer", (PyObject *)&FieldIndexerType) < 0

@@ -1,8 +1,8 @@
-/* TensorDict's td["key"] / td["a", "b"] in C (make_getitem), and the walk of apply(fn)
+/* TensorDict's td["key"] / td["a", "b"] in C (install_getitem), and the walk of apply(fn)
  * over a plain tree of TensorDicts (collect_tree, zip_dict). See module.c for the whole. */
 #include "speedups.h"
 
-/* Set by make_getitem: TensorDict, the member descriptor of its _tensordict slot, the two
+/* Set by install_getitem: TensorDict, the member descriptor of its _tensordict slot, the two
  * non-tensor wrapper classes and the Python fallback (the general __getitem__). */
 static PyTypeObject *owner_type = NULL;
 PyObject *td_storage_member = NULL;
@@ -33,8 +33,8 @@ lookup(PyObject *node, PyObject *key)
  * A tensor or a TensorDict is returned as it is, a non-tensor wrapper as its .data.
  * Anything else (an int, a slice, a missing key, a str subclass, a TensorDict subclass on
  * the way) goes to the general Python __getitem__, which also words every error. */
-static PyObject *
-fast_getitem(PyObject *self, PyObject *key)
+PyObject *
+td_fast_getitem(PyObject *self, PyObject *key)
 {
     PyObject *value = NULL;
     if (PyUnicode_CheckExact(key)) {
@@ -68,25 +68,27 @@ fast_getitem(PyObject *self, PyObject *key)
     return PyObject_Vectorcall(general_getitem, args, 2, NULL);
 }
 
-static PyMethodDef getitem_def = {
-    "__getitem__", (PyCFunction)fast_getitem, METH_O,
-    "td[index]: an entry for a key (str or tuple of str), a new TensorDict for a batch index."
-};
-
 PyObject *
-td_make_getitem(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+td_install_getitem(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
-    /* (owner class, its _tensordict member descriptor, NonTensorData, NonTensorStack,
-     *  the general __getitem__) -> a method descriptor of the owner class. */
-    if (td_check_args("make_getitem", nargs, 5) < 0) {
+    /* (owner class, its _tensordict member descriptor, NonTensorData, NonTensorStack, the
+     * general __getitem__): td[index] on an owner instance runs td_fast_getitem from the
+     * type's mp_subscript slot. The class keeps its Python __getitem__ (what Dynamo traces and
+     * inspect shows); assigning __getitem__ on the class afterwards gives the slot back. */
+    if (td_check_args("install_getitem", nargs, 5) < 0) {
         return NULL;
     }
     if (!PyType_Check(args[0]) || !PyType_Check(args[2]) || !PyType_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "make_getitem expects classes");
+        PyErr_SetString(PyExc_TypeError, "install_getitem expects classes");
+        return NULL;
+    }
+    PyTypeObject *owner = (PyTypeObject *)args[0];
+    if (!(owner->tp_flags & Py_TPFLAGS_HEAPTYPE) || owner->tp_as_mapping == NULL) {
+        PyErr_SetString(PyExc_TypeError, "install_getitem expects a class defined in Python");
         return NULL;
     }
     if (Py_TYPE(args[1])->tp_descr_get == NULL || !PyCallable_Check(args[4])) {
-        PyErr_SetString(PyExc_TypeError, "make_getitem expects a descriptor and a callable");
+        PyErr_SetString(PyExc_TypeError, "install_getitem expects a descriptor and a callable");
         return NULL;
     }
     if (data_name == NULL && (data_name = PyUnicode_InternFromString("data")) == NULL) {
@@ -97,7 +99,8 @@ td_make_getitem(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
     Py_XSETREF(non_tensor_data, (PyTypeObject *)Py_NewRef(args[2]));
     Py_XSETREF(non_tensor_stack, (PyTypeObject *)Py_NewRef(args[3]));
     Py_XSETREF(general_getitem, Py_NewRef(args[4]));
-    return PyDescr_NewMethod((PyTypeObject *)args[0], &getitem_def);
+    owner->tp_as_mapping->mp_subscript = td_fast_getitem;
+    Py_RETURN_NONE;
 }
 
 /* ------------------------------------------------------------------ apply(fn) on a plain tree
@@ -216,7 +219,7 @@ td_collect_tree(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     if (td_storage_member == NULL || td_plain_tensor == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "collect_tree needs make_getitem() first");
+        PyErr_SetString(PyExc_RuntimeError, "collect_tree needs install_getitem() first");
         return NULL;
     }
     PyTypeObject *batch_type = Py_TYPE(args[2]);

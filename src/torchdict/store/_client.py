@@ -74,22 +74,29 @@ return 0
 
 # Read the picked rows of every tensor under a path, in one or more trees, in one atomic step that also
 # returns each tree: the byte ranges are computed here from the metadata as it is, so a concurrent change
-# of shape can't make them wrong. KEYS: one tree hash per tree. ARGV[1]: the number of runs R; then R pairs
-# (first cell, cell count); then the leading dims the cells span, the number of picked cells, the cost of
-# one range in bytes; then per tree: its data key prefix and the field prefix of the entries to read.
+# of shape can't make them wrong. KEYS: one tree hash per tree. ARGV[1]: the runs as one text of
+# space-separated pairs "first count ..." (one argument, not two per run: a sample's 32 runs as 64
+# arguments cost the client more to pack than the server to read); ARGV[2..4]: the leading dims the cells
+# span, the number of picked cells, the cost of one range in bytes; then per tree: its data key prefix and
+# the field prefix of the entries to read.
 # Returns per tree: its HGETALL array, then an array of triples (field, 'r' (the rows) or 'w' (the whole
 # value: the rows would cover most of it), bytes).
 READ_ROWS = """
 local itemsize = {bool = 1, uint8 = 1, int8 = 1, int16 = 2, int32 = 4, int64 = 8, uint16 = 2, uint32 = 4,
   uint64 = 8, float16 = 2, bfloat16 = 2, float32 = 4, float64 = 8, complex64 = 8, complex128 = 16,
   float8_e4m3fn = 1, float8_e5m2 = 1, float8_e4m3fnuz = 1, float8_e5m2fnuz = 1, float8_e8m0fnu = 1}
-local runs = tonumber(ARGV[1])
-local depth = tonumber(ARGV[2 + 2 * runs])
-local picked = tonumber(ARGV[3 + 2 * runs])
-local overhead = tonumber(ARGV[4 + 2 * runs])
+local firsts, counts = {}, {}
+for first, count in string.gmatch(ARGV[1], '(%d+) (%d+)') do
+  firsts[#firsts + 1] = tonumber(first)
+  counts[#counts + 1] = tonumber(count)
+end
+local runs = #firsts
+local depth = tonumber(ARGV[2])
+local picked = tonumber(ARGV[3])
+local overhead = tonumber(ARGV[4])
 local out = {}
 for t = 1, #KEYS do
-  local prefix, below = ARGV[3 + 2 * runs + 2 * t], ARGV[4 + 2 * runs + 2 * t]
+  local prefix, below = ARGV[3 + 2 * t], ARGV[4 + 2 * t]
   local tree = redis.call('HGETALL', KEYS[t])
   local found = {}
   for i = 1, #tree, 2 do
@@ -110,9 +117,9 @@ for t = 1, #KEYS do
         else
           local parts = {}
           if cell > 0 then
-            for r = 0, runs - 1 do
-              local first = tonumber(ARGV[2 + 2 * r]) * cell
-              local last = first + tonumber(ARGV[3 + 2 * r]) * cell - 1
+            for r = 1, runs do
+              local first = firsts[r] * cell
+              local last = first + counts[r] * cell - 1
               parts[#parts + 1] = redis.call('GETRANGE', key, string.format('%d', first), string.format('%d', last))
             end
           end

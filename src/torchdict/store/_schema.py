@@ -5,6 +5,7 @@ text: the format never holds pickled data, so reading a store never runs code ch
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -75,6 +76,7 @@ def field_of(path: Tuple[str, ...]) -> str:
     return json.dumps(list(path), ensure_ascii=True, separators=(",", ":"))
 
 
+@functools.lru_cache(maxsize=4096)  # the same few fields are parsed on every read of a store
 def path_of(field: str) -> Tuple[str, ...]:
     return tuple(json.loads(field))
 
@@ -93,8 +95,15 @@ def decode_meta(raw: bytes) -> dict:
     return json.loads(raw)
 
 
-def parse_tree(raw_tree: Dict[bytes, bytes]) -> Tree:
-    return {field.decode("ascii"): (raw, decode_meta(raw)) for field, raw in raw_tree.items()}
+def parse_tree(raw_tree: Dict[bytes, bytes], previous: Optional[Tree] = None) -> Tree:
+    """The snapshot of a tree hash as read; entries whose stored metadata is unchanged since ``previous``
+    keep their parsed metadata (shared, never mutated) instead of being decoded again."""
+    tree: Tree = {}
+    for field, raw in raw_tree.items():
+        name = field.decode("ascii")
+        known = None if previous is None else previous.get(name)
+        tree[name] = known if known is not None and known[0] == raw else (raw, decode_meta(raw))
+    return tree
 
 
 def root_meta(batch_size: torch.Size, device: Optional[torch.device], backend: str) -> dict:
