@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from torchdict import NonTensorData, NonTensorStack, TensorDict
-from torchdict import _wire
+from torchdict.distributed import _wire
 from torchdict import distributed as td_dist
 from torchdict.distributed import StructureMismatchError
 

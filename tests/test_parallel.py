@@ -501,11 +501,11 @@ def test_workers_die_with_a_killed_parent(tmp_path):
 def test_docstring_examples_run():
     import doctest
 
-    import torchdict._chunks
-    import torchdict._pool
+    import torchdict.parallel._chunks
+    import torchdict.parallel._pool
     import torchdict.parallel
 
-    for module in (torchdict.parallel, torchdict._pool, torchdict._chunks):
+    for module in (torchdict.parallel, torchdict.parallel._pool, torchdict.parallel._chunks):
         failures, attempted = doctest.testmod(module, extraglobs={"torch": torch, "TensorDict": TensorDict})
         assert failures == 0 and attempted > 0, module.__name__
 
@@ -524,7 +524,7 @@ def test_seed_example_script_runs():
 
 # ---------------------------------------------------------------------- the pipe between parent and workers
 def _link_pair():
-    from torchdict._channel import Link
+    from torchdict.parallel._channel import Link
 
     left, right = multiprocessing.Pipe(duplex=True)
     return Link(left), Link(right)

@@ -268,7 +268,7 @@ def test_fn_returning_an_int_in_a_worker_is_a_clear_type_error():
 
 
 def cleanups_seen(chunk):
-    from torchdict import _termination
+    from torchdict.parallel import _termination
 
     return TensorDict(default=torch.full(chunk.batch_size, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL),
                       jobs=torch.full(chunk.batch_size, len(_termination._cleanups)), batch_size=chunk.batch_size)

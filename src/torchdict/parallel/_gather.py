@@ -16,8 +16,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ._apply import map_batch, rewrap, unwrap
-from ._base import TensorCollection
+from .._apply import map_batch, rewrap, unwrap
+from .._base import TensorCollection
 from ._sharing import shared_empty
 
 _Tensor = torch.Tensor
@@ -83,7 +83,7 @@ def allocate_output(skeleton: Any, dim: int, length: int, directory: Optional[st
         def allocate(leaf: torch.Tensor) -> torch.Tensor:
             return shared_empty(leaf.shape[:dim] + (length,) + leaf.shape[dim + 1:], leaf.dtype)
     else:
-        from .memmap import MemoryMappedTensor
+        from ..memmap import MemoryMappedTensor
 
         def allocate(leaf: torch.Tensor) -> torch.Tensor:
             shape = leaf.shape[:dim] + (length,) + leaf.shape[dim + 1:]

@@ -4,7 +4,7 @@ Every collective first all-gathers each rank's structure fingerprint, plus its J
 length and a failure flag (:class:`_Collective`), so a structure mismatch or a local
 failure raises on every rank instead of leaving the others waiting in a collective
 this rank skipped. Then they move the same packed buffers as the point-to-point
-protocol (see :mod:`torchdict._wire`): small leaves in one byte buffer per pack,
+protocol (see :mod:`torchdict.distributed._wire`): small leaves in one byte buffer per pack,
 large leaves in place, non-tensor values as JSON.
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any, Callable, List, Optional
 import torch
 
 from . import _wire
-from ._apply import rewrap, unwrap
-from ._base import TensorCollection
+from .._apply import rewrap, unwrap
+from .._base import TensorCollection
 from ._transfer import (LocalPreparation, StructureMismatchError, TransferHandle, comm_device, copy_no_grad, dist,
                         failure_text)
-from .nontensor import combine_non_tensor
+from ..nontensor import combine_non_tensor
 
 _Tensor = torch.Tensor
 

@@ -25,8 +25,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ._apply import unwrap
-from ._base import TensorCollection
+from .._apply import unwrap
+from .._base import TensorCollection
 from ._channel import Link
 from ._chunks import plain_leaves
 from ._deadline import ChunkClock

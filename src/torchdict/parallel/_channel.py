@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .memmap import MemoryMappedTensor
+from ..memmap import MemoryMappedTensor
 
 _HEADER = struct.Struct("<I")  # the number of descriptors following the bytes
 # Free lent segments kept for reuse, per link; beyond this they are dropped.

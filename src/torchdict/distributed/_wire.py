@@ -25,9 +25,9 @@ from typing import Any, Iterator, List, Optional, Sequence
 
 import torch
 
-from ._apply import unwrap
-from ._base import TensorCollection
-from .nontensor import NonTensorData, NonTensorStack
+from .._apply import unwrap
+from .._base import TensorCollection
+from ..nontensor import NonTensorData, NonTensorStack
 
 _Tensor = torch.Tensor
 # Leaves this large travel as their own message, from and into their own memory:

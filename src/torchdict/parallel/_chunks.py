@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import torch
 
-from ._apply import map_batch, rewrap, unwrap
+from .._apply import map_batch, rewrap, unwrap
 
 
 def normalize_dim(dim: int, batch_size: torch.Size) -> int:

@@ -57,7 +57,7 @@ class ParallelMixin:
         ``num_workers=None`` uses every CPU available, ``0`` runs in this
         process; ``pool`` is a :class:`torchdict.parallel.WorkerPool` reused
         across calls, or (as upstream) a ``multiprocessing.Pool`` or a ``concurrent.futures`` executor, which
-        receive pickled copies of the chunks (see ``torchdict._foreign_pool`` for what a dead worker does
+        receive pickled copies of the chunks (see ``torchdict.parallel._foreign_pool`` for what a dead worker does
         there). Workers start with ``fork`` on Linux (``mp_start_method``
         to change it: under ``spawn``, ``fn`` must be importable, as in the
         ``if __name__ == "__main__"`` idiom). A plain (not shared, not
@@ -223,8 +223,8 @@ class _Output:
 def run_map(td: Any, fn: Callable, dim: int, num_workers: Optional[int], *, chunksize: Any, num_chunks: Any,
             pool: Any, generator: Any, max_tasks_per_child: Any, worker_threads: int, pbar: bool,
             mp_start_method: Any, out: Any, timeout: Any) -> Any:
-    from ._apply import unwrap
-    from ._base import TensorCollection
+    from .._apply import unwrap
+    from .._base import TensorCollection
     from ._pool import resolve_num_workers
     from ._sharing import is_on_disk
     from ._termination import cleanup_on_sigterm
@@ -323,7 +323,7 @@ def _map_in_workers(td: Any, fn: Callable, plan: Any, output: _Output, progress:
 
 def _finish(outcomes: list, plan: Any, output: Any, user_out: bool, on_disk: bool, folders: Any) -> Any:
     """The gathered result: the output itself when every chunk was written into it."""
-    from ._apply import map_batch
+    from .._apply import map_batch
     from ._gather import assemble, slot_writer
 
     kinds = {outcome[0] for outcome in outcomes}

@@ -13,8 +13,8 @@ from typing import Any, List, Optional
 
 import torch
 
-from ._apply import unwrap
-from ._base import TensorCollection
+from .._apply import unwrap
+from .._base import TensorCollection
 from ._transfer import dist
 
 _SKELETON_TAG = 8191  # the tag of the skeleton messages (the values use send / recv's own tags)
@@ -23,7 +23,7 @@ _SKELETON_TAG = 8191  # the tag of the skeleton messages (the values use send / 
 # ------------------------------------------------------------------------------------------------ skeletons
 def skeleton(td: Any) -> dict:
     """A JSON-able description of ``td``: enough to build an empty TensorDict of the same structure."""
-    from .tensorclass import is_tensorclass
+    from ..tensorclass import is_tensorclass
 
     entries: dict = {}
     for key, value in unwrap(td)._tensordict.items():
@@ -42,8 +42,8 @@ def skeleton(td: Any) -> dict:
 
 def build(description: dict, device: Any = None) -> Any:
     """An uninitialised TensorDict laid out as ``description`` (``device`` overrides the recorded one)."""
-    from .nontensor import NonTensorData, NonTensorStack
-    from .tensordict import TensorDict
+    from ..nontensor import NonTensorData, NonTensorStack
+    from ..tensordict import TensorDict
 
     target = device if device is not None else description["device"]
     storage: dict = {}

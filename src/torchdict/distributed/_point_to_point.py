@@ -5,7 +5,7 @@ All messages travel on one tag:
 1. sender -> receiver: a header of 8 int64 (magic, version, status, structure
    fingerprint, leaf count, JSON length, extra length, eager flag);
 2. receiver -> sender: an ack of 3 int64 (magic, status, length of what follows);
-3. the payload (see :mod:`torchdict._wire`): the small leaves packed into one byte
+3. the payload (see :mod:`torchdict.distributed._wire`): the small leaves packed into one byte
    buffer, each leaf of 1 MiB or more as its own message straight from / into its
    memory, then the JSON of the non-tensor values. A large payload is sent only
    after an OK ack. A small one (up to 1 MiB, no leaf on its own) is sent *eagerly*
@@ -20,7 +20,7 @@ is bounded by the process group's timeout.
 
 :func:`point_to_point` is the entry point of ``send`` / ``recv`` / ``isend`` /
 ``irecv``: it checks the peer arguments and picks this protocol or upstream's
-(:mod:`torchdict._per_leaf`).
+(:mod:`torchdict.distributed._per_leaf`).
 """
 from __future__ import annotations
 

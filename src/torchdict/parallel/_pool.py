@@ -10,7 +10,7 @@ joined: no orphan processes are left, and no shared-memory segment either
 (torch's default ``file_descriptor`` sharing unlinks segments as soon as they
 are created, so they vanish with the last process that maps them). A chunk
 that runs longer than the call's ``timeout`` is such a failure too: each
-worker's :class:`~torchdict._deadline.ChunkClock` tells the parent which
+worker's :class:`~torchdict.parallel._deadline.ChunkClock` tells the parent which
 chunk it runs and since when.
 """
 from __future__ import annotations

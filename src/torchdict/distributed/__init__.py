@@ -3,18 +3,18 @@
 :class:`DistributedMixin` gives TensorDict the public methods; the work is done in
 private modules, one concern each:
 
-- :mod:`torchdict._point_to_point`: send / recv with one peer. By default the
+- :mod:`torchdict.distributed._point_to_point`: send / recv with one peer. By default the
   checked, *packed* protocol: a header with the structure fingerprint, an ack, then
   the payload (small leaves packed into one buffer, large ones straight from / into
   their memory, non-tensor values as JSON). A structure mismatch raises
   :class:`StructureMismatchError` on both sides and writes nothing;
-- :mod:`torchdict._per_leaf`: ``per_leaf=True``, upstream tensordict's protocol
+- :mod:`torchdict.distributed._per_leaf`: ``per_leaf=True``, upstream tensordict's protocol
   (one message per tensor leaf on tags ``init_tag, init_tag + 1, ...``), and the
   tag numbering both modes report;
-- :mod:`torchdict._collectives`: broadcast / all_reduce / all_gather, which agree on
+- :mod:`torchdict.distributed._collectives`: broadcast / all_reduce / all_gather, which agree on
   the structure across every rank before moving the same packed buffers;
-- :mod:`torchdict._wire`: the wire format (survey, fingerprint, packs, payloads);
-- :mod:`torchdict._transfer`: what they all share (:class:`TransferHandle`, the
+- :mod:`torchdict.distributed._wire`: the wire format (survey, fingerprint, packs, payloads);
+- :mod:`torchdict.distributed._transfer`: what they all share (:class:`TransferHandle`, the
   process-group plumbing, the channel to one peer).
 
 ``torch.distributed``, ``json``, ``hashlib`` and ``threading`` are imported lazily.
@@ -40,10 +40,10 @@ def __getattr__(name: str) -> Any:
     if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     module_name, attribute = (where, name) if isinstance(where, str) else where
-    return getattr(importlib.import_module(f"torchdict.{module_name}"), attribute)
+    return getattr(importlib.import_module(f"torchdict.distributed.{module_name}"), attribute)
 
 
-def _point_to_point(*args: Any, **kwargs: Any) -> Any:
+def _transfer_with_peer(*args: Any, **kwargs: Any) -> Any:
     from ._point_to_point import point_to_point
 
     return point_to_point(*args, **kwargs)
@@ -55,7 +55,7 @@ class DistributedMixin:
     """send / recv / isend / irecv and collectives of the whole TensorDict.
 
     Default mode: one packed exchange per TensorDict, its structure checked first on
-    both sides (see :mod:`torchdict._point_to_point`). ``per_leaf=True``: upstream
+    both sides (see :mod:`torchdict.distributed._point_to_point`). ``per_leaf=True``: upstream
     tensordict's one-message-per-leaf protocol, for interoperability.
     """
 
@@ -78,7 +78,7 @@ class DistributedMixin:
             >>> td = TensorDict(a=torch.ones(3), b={"c": torch.ones(3, 2)}, batch_size=[3])  # doctest: +SKIP
             >>> td.send(dst=1)            # on rank 0                                        # doctest: +SKIP
         """
-        _point_to_point(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf, consolidated,
+        _transfer_with_peer(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf, consolidated,
                        sending=True, at_once=False)
 
     def recv(self, src: Optional[int] = None, *, group: Any = None, group_src: Optional[int] = None,
@@ -97,7 +97,7 @@ class DistributedMixin:
             >>> td.recv(src=0)            # on rank 1                                         # doctest: +SKIP
             1
         """
-        return _point_to_point(self, src, group, group_src, init_tag, pseudo_rand, per_leaf, consolidated,
+        return _transfer_with_peer(self, src, group, group_src, init_tag, pseudo_rand, per_leaf, consolidated,
                               sending=False, at_once=False)[1]
 
     def isend(self, dst: Optional[int] = None, *, group: Any = None, group_dst: Optional[int] = None,
@@ -118,7 +118,7 @@ class DistributedMixin:
             >>> loss = model(batch)                             # overlaps with the transfer  # doctest: +SKIP
             >>> for handle in handles: handle.wait()            # doctest: +SKIP
         """
-        handles, last = _point_to_point(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf,
+        handles, last = _transfer_with_peer(self, dst, group, group_dst, init_tag, pseudo_rand, per_leaf,
                                        consolidated, sending=True, at_once=return_early)
         return handles if return_early else last
 
@@ -137,7 +137,7 @@ class DistributedMixin:
             >>> handles = td.irecv(src=0, return_premature=True)  # doctest: +SKIP
             >>> for handle in handles: handle.wait()                # doctest: +SKIP
         """
-        handles, _ = _point_to_point(self, src, group, group_src, init_tag, pseudo_rand, per_leaf,
+        handles, _ = _transfer_with_peer(self, src, group, group_src, init_tag, pseudo_rand, per_leaf,
                                     consolidated, sending=False, at_once=return_premature)
         return handles
 

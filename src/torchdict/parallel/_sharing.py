@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from ._apply import rewrap, unwrap
-from ._base import TensorCollection
+from .._apply import rewrap, unwrap
+from .._base import TensorCollection
 
 _Tensor = torch.Tensor
 
@@ -91,7 +91,7 @@ def for_transport(collection: Any) -> Any:
 
 def _relabel(storage: dict) -> Any:
     """A new storage dict with file views relabelled, or None when there is none."""
-    from .memmap import MemoryMappedTensor, _MappedFile
+    from ..memmap import MemoryMappedTensor, _MappedFile
 
     changed = {}
     for key, leaf in storage.items():
