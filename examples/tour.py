@@ -677,6 +677,36 @@ def dropin() -> None:
     print(values.tolist(), [group["x"].tolist() for group in groups])
 
 
+def shared_non_tensor() -> None:
+    section("Shared non-tensor values and lazy-stack archives")
+    import pickle
+    import zipfile
+
+    import torchdict
+    from torchdict import NonTensorData
+
+    folder = tempfile.mkdtemp()
+    try:
+        buffer = TensorDict(obs=torch.zeros(3, 2), task=NonTensorData("walk", batch_size=[3]), batch_size=[3])
+        buffer = buffer.memmap(os.path.join(folder, "buffer"), share_non_tensor=True)
+        worker_copy = pickle.loads(pickle.dumps(buffer))  # what a (spawned) worker process receives
+        worker_copy.set_("task", NonTensorData("run", batch_size=[3]))  # written in the worker...
+        print("read here:", buffer["task"])  # ...read in the parent
+        print("in the folder:", torchdict.load(os.path.join(folder, "buffer"))["task"])
+        try:
+            worker_copy[0] = worker_copy[0].clone().set("task", "jump")
+        except RuntimeError as error:
+            print("one value per batch:", str(error).split(",")[0])
+        ragged = lazy_stack([TensorDict(a=torch.zeros(2)), TensorDict(a=torch.arange(3.0))])
+        saved = ragged.memmap(os.path.join(folder, "ragged.tdz"))  # one archive file, not a folder of members
+        print("archive:", zipfile.is_zipfile(os.path.join(folder, "ragged.tdz")), type(saved).__name__,
+              [member["a"].tolist() for member in saved.tensordicts])
+        flat, layout = lazy_stack([TensorDict(x=torch.ones(2)), TensorDict(x=torch.zeros(2))]).pack()
+        print("lazy pack:", tuple(flat.shape), layout.keys)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     workdir = tempfile.mkdtemp(prefix="torchdict-tour-")
     try:
@@ -702,6 +732,7 @@ def main() -> None:
         hdf5_and_zarr()
         tables_and_files()
         archives()
+        shared_non_tensor()
         store()
         compile_and_devices()
         dropin()

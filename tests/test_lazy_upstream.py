@@ -409,6 +409,7 @@ SKIPPED = {
                     "from_parquet", "to_parquet", "to_mds", "from_json", "to_json", "from_struct_array",
                     "to_struct_array")},
     "to_store": "key-value stores (generic over TensorDictBase): compared in tests/test_store*.py (needs a server)",
+    "pack": "packing into one tensor: compared in tests/test_pack.py (against upstream and the dense form)",
     **{name: "on the dense form (TensorDictBase): compared in tests/test_consolidate.py and "
              "tests/test_dropin_members.py" for name in ("consolidate", "attrs", "to_pytree")},
     **{name: f"not provided: {why}" for name, why in {
@@ -421,7 +422,6 @@ SKIPPED = {
         "make_memmap_from_tensor": "allocating file-backed entries in a saved lazy stack (use each member's)",
         "map": "worker-process map over a lazy stack (map its contiguous() form)",
         "map_iter": "worker-process map over a lazy stack (map its contiguous() form)",
-        "pack": "PackLayout / pack is not implemented in torchdict",
         "from_pytree": "from_pytree / to_pytree are not implemented in torchdict's TensorDict",
     }.items()},
 }

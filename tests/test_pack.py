@@ -113,3 +113,95 @@ def test_errors_match_upstream(case):
         else:
             outcomes.append(None)
     assert outcomes[0] == outcomes[1] and outcomes[0] is not None
+
+
+# ---------------------------------------------------------------------- lazy stacks and tensorclass methods
+def lazy(lib, batch, stack_dim):
+    members = [build(lib, batch, dtype=torch.float64) * (position + 1) for position in range(3)]
+    return lib.lazy_stack(members, stack_dim)
+
+
+@pytest.mark.parametrize("batch", [(), (2,), (2, 3)])
+def test_lazy_stack_packs_like_upstream_and_like_its_dense_form(batch):
+    for stack_dim in range(len(batch) + 1):
+        for dim in range(-len(batch) - 2, len(batch) + 2):
+            ours, ours_layout = lazy(torchdict, batch, stack_dim).pack(dim)
+            theirs, their_layout = lazy(tensordict, batch, stack_dim).pack(dim)
+            dense, dense_layout = lazy(torchdict, batch, stack_dim).to_tensordict().pack(dim)
+            assert torch.equal(ours, theirs) and torch.equal(ours, dense)
+            assert layout_fields(ours_layout) == layout_fields(their_layout) == layout_fields(dense_layout)
+            assert ours_layout.cls is None and their_layout.cls is None
+            back = ours_layout.unpack(ours)
+            assert (back == lazy(torchdict, batch, stack_dim).to_tensordict()).all()
+            again, _ = lazy(torchdict, batch, stack_dim).pack(dim, layout=ours_layout)
+            assert torch.equal(again, ours)
+
+
+LAZY_ERRORS = {
+    "ragged members": lambda lib: lib.lazy_stack([lib.TensorDict(a=torch.zeros(2)),
+                                                  lib.TensorDict(a=torch.zeros(3))]).pack(),
+    "exclusive keys": lambda lib: lib.lazy_stack([lib.TensorDict(a=torch.zeros(2)),
+                                                  lib.TensorDict(a=torch.zeros(2), b=torch.zeros(2))]).pack(),
+    "non-tensor data": lambda lib: lib.lazy_stack([lib.TensorDict(a=torch.zeros(2), s="x"),
+                                                   lib.TensorDict(a=torch.zeros(2), s="y")]).pack(),
+    "dim out of range": lambda lib: lib.lazy_stack([lib.TensorDict(a=torch.zeros(2))]).pack(3),
+}
+
+
+@pytest.mark.parametrize("case", list(LAZY_ERRORS))
+def test_lazy_stack_pack_errors_match_upstream(case):
+    outcomes = []
+    for lib in (torchdict, tensordict):
+        try:
+            LAZY_ERRORS[case](lib)
+        except Exception as error:  # noqa: BLE001 - the type is what is compared
+            outcomes.append(type(error))
+        else:
+            outcomes.append(None)
+    assert outcomes[0] == outcomes[1] and outcomes[0] is not None
+
+
+@torchdict.tensorclass
+class _Ours:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+@tensordict.tensorclass
+class _Theirs:
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+@torchdict.tensorclass
+class _OursOuter:
+    inner: _Ours
+    z: torch.Tensor
+
+
+@tensordict.tensorclass
+class _TheirsOuter:
+    inner: _Theirs
+    z: torch.Tensor
+
+
+@pytest.mark.parametrize("dim", [-2, -1, 0, 1])
+def test_tensorclass_pack_method_records_the_class_as_upstream(dim):
+    def make(inner_cls, outer_cls):
+        inner = inner_cls(x=torch.arange(8.0).view(4, 2), y=torch.ones(4), batch_size=[4])
+        return inner, outer_cls(inner=inner, z=torch.zeros(4, 3), batch_size=[4])
+
+    (ours, ours_outer), (theirs, theirs_outer) = make(_Ours, _OursOuter), make(_Theirs, _TheirsOuter)
+    for mine, upstream, cls in ((ours, theirs, _Ours), (ours_outer, theirs_outer, _OursOuter)):
+        flat, layout = mine.pack(dim)
+        their_flat, their_layout = upstream.pack(dim)
+        assert torch.equal(flat, their_flat)
+        assert layout_fields(layout) == layout_fields(their_layout)
+        assert layout.cls is cls and their_layout.cls.__name__ == cls.__name__.replace("Ours", "Theirs")
+        assert [entry[2] for entry in layout.nested] == ([_Ours] if cls is _OursOuter else [])
+        back = layout.unpack(flat)
+        assert type(back) is cls
+        if cls is _OursOuter:
+            assert type(back.inner) is _Ours and torch.equal(back.inner.x, ours.x)
+        again, _ = mine.pack(dim, layout=layout)
+        assert torch.equal(again, flat)

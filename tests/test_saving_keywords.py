@@ -280,9 +280,11 @@ def test_robust_key_is_accepted_and_keys_stay_escaped(tmp_path):
 def test_share_non_tensor(tmp_path):
     td = TensorDict(a=torch.zeros(2), label="x")
     assert td.memmap(tmp_path / "one", share_non_tensor=False)["label"] == "x"
-    with pytest.raises(NotImplementedError, match="share_non_tensor"):
-        td.memmap(tmp_path / "two", share_non_tensor=True)
-    assert not (tmp_path / "two").exists()
+    shared = td.memmap(tmp_path / "two", share_non_tensor=True)  # tests/test_share_non_tensor.py has the rest
+    assert shared["label"] == "x" and shared.get("label")._is_shared()
+    with pytest.raises(ValueError, match="share_non_tensor"):
+        td.memmap(tmp_path / "three.tdz", share_non_tensor=True)  # an archive can't be rewritten in place
+    assert not (tmp_path / "three.tdz").exists()
 
 
 def test_return_early_works_for_archives_and_atomic_saves(tmp_path):

@@ -40,4 +40,5 @@ def test_tour_runs_and_prints_the_guide_outputs():
     assert "moved: meta True meta" in out and "to where the leaves are, no copy: True" in out
     assert "TensorDict(batch_size=[3], fields={done: bool[], obs: f32[2]})" in out
     assert "[0, 1] [[1], [0, 2]]" in out
+    assert "read here: run\nin the folder: run" in out and "lazy pack: (2, 2) ('x',)" in out
     assert out.rstrip().endswith("The tour ran to the end.")

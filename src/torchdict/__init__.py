@@ -61,7 +61,7 @@ __all__ = [
     "from_json", "from_struct_array",
     # persistence: save / load, archives, pack
     "save", "load", "load_memmap", "memmap", "pack_memmap", "unpack_memmap", "append_memmap", "is_memmap_archive",
-    "refresh_archive_checksums", "PackLayout",
+    "refresh_archive_checksums", "PackLayout", "set_progress_bar",
     # devices: consolidated storage (one buffer for all leaves)
     "from_consolidated",
 ]
@@ -95,6 +95,8 @@ _LAZY_EXPORTS: dict = {
     "save": "saving", "load": "saving", "load_memmap": "saving", "pack_memmap": "formats.archive",
     "unpack_memmap": "formats.archive", "is_memmap_archive": "formats.archive",
     "refresh_archive_checksums": "formats.archive", "append_memmap": "_append_memmap", "PackLayout": "formats.pack",
+    # persistence: the opt-in progress bar of long saves and loads (tqdm)
+    "set_progress_bar": "_progress",
     # drop-in (issue 18): upstream's other top-level names; a name equal to its module is the module itself
     "utils": "utils", "functional": "functional", "KEY_SEPARATOR": "utils", "assert_allclose_td": "utils",
     "assert_close": "utils", "is_bool": "utils", "is_floating": "utils", "is_inexact": "utils", "is_integer": "utils",

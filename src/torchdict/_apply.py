@@ -27,10 +27,15 @@ from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
 from ._errors import batch_mismatch_error, inplace_error, missing_key_error
 from ._keys import key_to_tuple
 from ._write_checks import check_copy
-from .nontensor import NonTensorData
+from .nontensor import NonTensorData, NonTensorStack
 
 _Tensor = torch.Tensor
 _MISSING: Any = object()
+
+
+def is_sub_collection(value: Any) -> bool:
+    """A nested TensorDict (or tensorclass), as opposed to a tensor or non-tensor data."""
+    return isinstance(value, TensorCollection) and not isinstance(value, (NonTensorData, NonTensorStack))
 
 
 def unwrap(value: Any) -> Any:

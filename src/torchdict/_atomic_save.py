@@ -48,6 +48,12 @@ def _rebase(value: Any, old: str, new: str, seen: set) -> None:
     from ._loading import _as_td, _is_collection
 
     if not _is_collection(value):
+        from .nontensor import is_non_tensor
+
+        if is_non_tensor(value):  # a shared leaf (share_non_tensor) names its folder too
+            from ._shared_nontensor import rebase_shared
+
+            rebase_shared(value, old, new)
         return
     td = _as_td(value)
     path = getattr(td, "_saved_path", None)

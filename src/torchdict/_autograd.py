@@ -1,6 +1,6 @@
 """``backward``: the gradients of every leaf of a TensorDict that requires them, in one autograd call.
 
-(``grad`` / ``zero_grad`` / ``requires_grad_`` live with the moves and extras; this module is the backward pass.)
+and the leaves' gradients: the ``grad`` property (read and assigned) and ``zero_grad``.
 """
 from __future__ import annotations
 
@@ -8,7 +8,40 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from ._apply import is_sub_collection as _is_sub_collection, tensor_leaves, unwrap
 from ._base import TensorCollection
+from ._locking import keep_lock
+from .nontensor import NonTensorData, NonTensorStack
+
+_Tensor = torch.Tensor
+_NON_TENSOR = (NonTensorData, NonTensorStack)
+
+
+def _grads_storage(td: Any) -> dict:
+    """``td``'s storage with each tensor replaced by its ``.grad``; tensors without one (and
+    sub-TensorDicts left empty) are left out, non-tensor entries are kept as they are."""
+    storage = {}
+    for key, value in td._tensordict.items():
+        if isinstance(value, _Tensor):
+            if value.grad is not None:
+                storage[key] = value.grad
+        elif _is_sub_collection(value):
+            inner = unwrap(value)
+            nested = _grads_storage(inner)
+            if nested:
+                storage[key] = inner._new_unsafe(nested, inner._batch_size, inner._device, inner._names)
+        else:
+            storage[key] = value
+    return storage
+
+
+def _inputs(inputs: Any) -> Optional[Sequence[torch.Tensor]]:
+    if inputs is None:
+        return None
+    if isinstance(inputs, TensorCollection):
+        return [leaf for leaf in inputs.values(include_nested=True, leaves_only=True)
+                if isinstance(leaf, torch.Tensor)]
+    return list(inputs)
 
 
 class AutogradMixin:
@@ -47,11 +80,39 @@ class AutogradMixin:
         torch.autograd.backward(tensors, grad_tensors=grad_tensors, retain_graph=retain_graph,
                                 create_graph=create_graph, inputs=_inputs(inputs))
 
+    @property
+    def grad(self) -> Any:
+        """A TensorDict of the leaves' ``.grad`` (leaves without one left out), or None when it would be empty.
 
-def _inputs(inputs: Any) -> Optional[Sequence[torch.Tensor]]:
-    if inputs is None:
-        return None
-    if isinstance(inputs, TensorCollection):
-        return [leaf for leaf in inputs.values(include_nested=True, leaves_only=True)
-                if isinstance(leaf, torch.Tensor)]
-    return list(inputs)
+        Locked when ``self`` is; assigning ``td.grad = other`` sets (or copies into) each leaf's
+        ``.grad`` from the leaf of ``other`` at the same key.
+
+        >>> td = TensorDict(x=torch.ones(2, requires_grad=True), y=torch.ones(2, requires_grad=True))
+        >>> (td["x"] * 2).sum().backward()
+        >>> td.grad["x"], "y" in td.grad.keys()
+        (tensor([2., 2.]), False)
+        """
+        storage = _grads_storage(self)
+        if not storage:  # (non-tensor entries alone still give a TensorDict, as upstream)
+            return None
+        return keep_lock(self, self._new_unsafe(storage, self._batch_size, self._device, self._names))
+
+    @grad.setter
+    def grad(self, grads: Any) -> None:
+        for key, leaf in self.items(include_nested=True, leaves_only=True):
+            new = grads.get(key)
+            if leaf.grad is None:
+                leaf.grad = new
+            else:
+                leaf.grad.copy_(new)
+
+    def zero_grad(self, set_to_none: bool = True) -> Any:
+        """Reset the ``.grad`` of every leaf: to None, or zeroed in place with ``set_to_none=False``."""
+        for leaf in tensor_leaves(self):
+            if leaf.grad is None:
+                continue
+            if set_to_none:
+                leaf.grad = None
+            else:
+                leaf.grad.zero_()
+        return self

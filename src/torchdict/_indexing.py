@@ -491,6 +491,8 @@ def _put(storage: dict, key: str, value: Any) -> None:
 
 
 def _write_non_tensor(target: Any, key: str, existing: Any, value: Any, index: Any) -> None:
+    if existing._write_shared_at(value, index):  # a shared leaf (share_non_tensor): written to its folder
+        return
     if type(existing) is NonTensorData:
         existing = NonTensorStack(existing._flat_values(), existing.batch_size, existing.device,
                                   existing._flat_origins())
@@ -576,6 +578,7 @@ def _plan_entry(plan: _WritePlan, target: Any, key: str, existing: Any, value: A
             if type(existing) is NonTensorData and type(value) is NonTensorData and same_value(
                     existing.data, value.data):
                 return
+            existing._check_shared_at(value)  # a shared NonTensorData takes its own value only (as upstream)
             plan.others.append((_write_non_tensor, (target, key, existing, value, plan.index)))
             return
     raise inplace_error(prefix + (key,) if prefix else key, target)

@@ -82,14 +82,16 @@ class LocalTree:
 class FolderLoader:
     """One ``load_memmap`` call: its options, and the loading of a folder of either format."""
 
-    __slots__ = ("cls", "mode", "allow_pickle", "pool", "tree")
+    __slots__ = ("cls", "mode", "allow_pickle", "pool", "tree", "progress")
 
-    def __init__(self, cls: type, mode: str | None, allow_pickle: bool, pool: Any, tree: Any = None) -> None:
+    def __init__(self, cls: type, mode: str | None, allow_pickle: bool, pool: Any, tree: Any = None,
+                 progress: Any = None) -> None:
         self.cls = cls  # the TensorDict class to build
         self.mode = mode  # "r+" (shared), "r" (copy-on-write) or None (per file, as upstream)
         self.allow_pickle = allow_pickle
         self.pool = pool  # a ThreadPoolExecutor mapping the files, or None
         self.tree = LocalTree() if tree is None else tree
+        self.progress = progress  # a bar of the bytes mapped (torchdict.set_progress_bar), or None
 
     def load(self, folder: str, parent_batch: torch.Size | None = None, *, nested: bool = True) -> Any:
         """The TensorDict (or registered collection) saved in ``folder``.
@@ -111,6 +113,8 @@ class FolderLoader:
 
     def map(self, path: str, dtype: torch.dtype, shape: torch.Size) -> Any:
         """The file mapped as a tensor, or a Future of it when a thread pool maps."""
+        if self.progress is not None:
+            self.progress.update(shape.numel() * dtype.itemsize)
         if self.pool is None:
             return self.tree.map(path, dtype, shape, self.mode)
         return self.pool.submit(self.tree.map, path, dtype, shape, self.mode)
@@ -368,13 +372,18 @@ def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *, 
         from concurrent.futures import ThreadPoolExecutor
 
         pool = ThreadPoolExecutor(max_workers=num_threads)
+    from ._progress import byte_progress
+
+    progress = byte_progress(None, f"load_memmap {os.path.basename(folder)}")
     try:
-        loader = FolderLoader(cls, mode, bool(allow_pickle), pool, tree)
+        loader = FolderLoader(cls, mode, bool(allow_pickle), pool, tree, progress)
         start = root if parts is None else _resolve_subpath(loader, root, parts)
         result = loader.load(start, nested=False)
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
+        if progress is not None:
+            progress.close()
     if device is None or device.type != "meta":
         tree.finish(num_threads)  # an archive's checksums, before anything is returned
     if device is not None and device != _CPU:

@@ -559,3 +559,10 @@ def _make_cast(dtype: torch.dtype, name: str) -> Any:
 for _name, _dtype in {**CASTS, **QUANTIZED_CASTS}.items():
     setattr(MovesMixin, _name, _make_cast(_dtype, _name))
 del _name, _dtype
+
+
+# The unsigned casts beside ``float()``, ``int()``, ... (torch has these dtypes since 2.3).
+for _name in ("uint16", "uint32", "uint64"):
+    if hasattr(torch, _name):
+        setattr(MovesMixin, _name, _make_cast(getattr(torch, _name), _name))
+del _name

@@ -14,6 +14,10 @@ Neither records the batch size: a loaded ``NonTensorData`` has an empty batch, a
 its list (lists of equal length nest, as upstream reads them). Pickles are written and read only with
 ``allow_pickle=True`` (torchdict's rule for every save: unpickling can run code). Files are written
 through a temporary name and ``os.replace``, never through a symlink (``_nofollow``).
+
+``share_non_tensor=True`` makes the result a shared leaf (:mod:`torchdict._shared_nontensor`): its value is the
+one the folder holds, read again when read and written there when written, by any process holding it. A path
+ending in ``.tdz`` (or ``archive=True``) writes a ``.tdz`` archive instead (:mod:`torchdict.formats.archive`).
 """
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ import torch
 from . import nontensor as _core
 from ._meta_json import write_file_atomic
 
-__all__ = ["NonTensorPersistenceMixin"]
+__all__ = ["NonTensorPersistenceMixin", "shared_handle"]
 
 _DATA_TYPE = "<class 'tensordict.tensorclass.NonTensorData'>"
 _STACK_TYPE = "<class 'tensordict.tensorclass.NonTensorStack'>"
@@ -108,6 +112,10 @@ def _load(prefix: Any, device: Any, non_blocking: bool, allow_pickle: bool, kwar
     from ._nofollow import read_in_folder
 
     folder = os.path.abspath(os.fspath(prefix))
+    if os.path.isfile(folder):  # a .tdz archive: the general loader reads archives (and lone leaves in them)
+        from ._loading import load_memmap
+
+        return load_memmap(folder, device, non_blocking, allow_pickle=allow_pickle, **kwargs)
     meta = read_meta(folder)
     kind = meta.get("_class") if meta.get("_class") == "tensordict:NonTensorStack" else meta.get("_type")
     if kind not in (_DATA_TYPE, _STACK_TYPE, "tensordict:NonTensorStack"):
@@ -142,41 +150,80 @@ def _load(prefix: Any, device: Any, non_blocking: bool, allow_pickle: bool, kwar
 class NonTensorPersistenceMixin:
     """``memmap`` / ``memmap_`` / ``memmap_like`` / ``save`` / ``load_memmap`` / ``load`` of a lone leaf."""
 
-    __slots__ = ()
+    # Where a shared leaf's value lives (see torchdict._shared_nontensor); left empty on every other leaf.
+    __slots__ = ("_shared",)
 
     def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
                return_early: bool = False, existsok: bool = True, allow_pickle: bool = False,
+               share_non_tensor: bool = False, archive: Optional[bool] = None, compression: Any = None,
                **kwargs: Any) -> Any:
         """A locked copy saved to folder ``prefix`` (upstream's layout); nothing is written when None.
 
-        Values JSON can't hold need ``allow_pickle=True``. Upstream's other keyword arguments
-        (``share_non_tensor``, ``robust_key``, ...) are accepted and change nothing here.
+        Values JSON can't hold need ``allow_pickle=True``. ``share_non_tensor=True`` shares the value between
+        the processes holding the result (see ``torchdict._shared_nontensor``). A ``prefix`` ending in ``.tdz``
+        (or ``archive=True``) writes an archive and returns the leaf loaded from it, as upstream. Upstream's
+        other keyword arguments (``robust_key``, ...) are accepted and change nothing here.
         """
-        path = _save(self, prefix, existsok, allow_pickle)
-        result = self._shallow()
+        if _archive_requested(prefix, archive):
+            return self._save_archive(prefix, False, existsok, allow_pickle, compression, share_non_tensor,
+                                      return_early)
+        _check_plain_save(compression)
+        if share_non_tensor:
+            path, handle = _save_shared(self, prefix, existsok, allow_pickle)
+            from ._shared_nontensor import share_leaf
+
+            result = share_leaf(self, handle)
+        else:
+            path = _save(self, prefix, existsok, allow_pickle)
+            result = self._shallow()
         result._saved_path = _NO_FOLDER if path is None else path
         result._locked = True
         return _maybe_future(result, return_early)
 
     def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
                 return_early: bool = False, existsok: bool = True, allow_pickle: bool = False,
-                **kwargs: Any) -> Any:
+                share_non_tensor: bool = False, **kwargs: Any) -> Any:
         """Save to ``prefix`` and mark this leaf memory-mapped (and locked); returns self.
 
-        Later in-place writes (``stack[i] = v``, ``update_``) write the folder again, as upstream."""
-        path = _save(self, prefix, existsok, allow_pickle)
+        Later in-place writes (``stack[i] = v``, ``update_``) write the folder again, as upstream. With
+        ``share_non_tensor=True`` this leaf becomes shared: its value is the folder's, in every process."""
+        if "archive" in kwargs:  # as TensorDict.memmap_ (and upstream): an archive is not memory-mapped in place
+            raise TypeError("memmap_() got an unexpected keyword argument 'archive'")
+        if share_non_tensor:
+            path, handle = _save_shared(self, prefix, existsok, allow_pickle)
+            from ._shared_nontensor import make_shared_in_place
+
+            make_shared_in_place(self, handle)
+        else:
+            path = _save(self, prefix, existsok, allow_pickle)
         self._saved_path = _NO_FOLDER if path is None else path
         self._locked = True
         return _maybe_future(self, return_early)
 
     def memmap_like(self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True,
                     num_threads: int = 0, return_early: bool = False, allow_pickle: bool = False,
-                    **kwargs: Any) -> Any:
+                    share_non_tensor: bool = False, archive: Optional[bool] = None, **kwargs: Any) -> Any:
         """As :meth:`memmap`: a value has no "empty" form, so the like-copy holds it (as upstream)."""
+        if _archive_requested(prefix, archive):
+            return self._save_archive(prefix, True, existsok, allow_pickle, None, share_non_tensor, return_early)
         return self.memmap(prefix, copy_existing, return_early=return_early, existsok=existsok,
-                           allow_pickle=allow_pickle)
+                           allow_pickle=allow_pickle, share_non_tensor=share_non_tensor, archive=False)
 
     save = dumps = memmap
+
+    def _save_archive(self, prefix: Any, like: bool, existsok: bool, allow_pickle: bool, compression: Any,
+                      share_non_tensor: bool, return_early: bool) -> Any:
+        """The leaf written to the ``.tdz`` archive ``prefix``, returned loaded from it (unlocked, as upstream)."""
+        from .saving import _in_background, check_save_keywords
+
+        check_save_keywords(None, share_non_tensor, archive=True)
+        from .formats.archive import save_archive
+
+        def write() -> Any:
+            return save_archive(self, prefix, like=like, compression=compression, existsok=existsok,
+                                allow_pickle=allow_pickle)
+
+        return _in_background(write) if return_early else write()
 
     @staticmethod
     def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *,
@@ -199,9 +246,93 @@ class NonTensorPersistenceMixin:
         return self._saved_path
 
     def _rewrite_saved(self) -> None:
-        """After an in-place write: a leaf saved by ``memmap_`` writes its folder again (as upstream)."""
-        if self._saved_path:
+        """After an in-place write: a leaf saved by ``memmap_`` writes its folder again (as upstream); a shared
+        leaf's write went to its folder already."""
+        if self._saved_path and shared_handle(self) is None:
             _save(self, self._saved_path, True, True)
+
+    # The hooks through which the TensorDict's in-place writes reach a shared leaf's folder: each answers False
+    # (and does nothing) for an ordinary leaf, which the caller then replaces or writes as before.
+    def _write_shared_leaf(self, value: Any) -> bool:
+        """``set_`` / ``update_`` of the entry with the non-tensor leaf ``value``."""
+        if shared_handle(self) is None:
+            return False
+        from ._shared_nontensor import write_whole
+
+        return write_whole(self, value)
+
+    def _check_shared_leaf(self, value: Any) -> None:
+        """Raise now what ``_write_shared_leaf(value)`` would (a write planned among others)."""
+        if shared_handle(self) is not None:
+            from ._shared_nontensor import check_whole
+
+            check_whole(self, value)
+
+    def _write_shared_at(self, value: Any, index: Any) -> bool:
+        """``td[index] = ...``: ``value`` written at ``index`` of the entry."""
+        if shared_handle(self) is None:
+            return False
+        from ._shared_nontensor import write_at
+
+        return write_at(self, value, index)
+
+    def _check_shared_at(self, value: Any) -> None:
+        if shared_handle(self) is not None:
+            from ._shared_nontensor import check_write_at
+
+            check_write_at(self, value)
+
+    def _is_shared(self) -> bool:
+        return shared_handle(self) is not None
+
+    def _write_shared(self, value: Any) -> bool:
+        """Write ``value`` (a NonTensorData's value, or a stack's flat values) to the folder of a shared leaf
+        and return True; False (nothing done) for an ordinary leaf."""
+        if shared_handle(self) is None:
+            return False
+        from ._shared_nontensor import write_values
+
+        return write_values(self, value)
+
+
+_HANDLE_SLOT = NonTensorPersistenceMixin.__dict__["_shared"]
+
+
+def _check_plain_save(compression: Any) -> None:
+    if compression is not None:
+        raise ValueError("compression is only supported when writing a memmap archive (pass archive=True or use a "
+                         "'.tdz' prefix).")
+
+
+def shared_handle(leaf: Any) -> Any:
+    """Where a shared leaf's value lives (a ``SharedValue``), or None for an ordinary leaf.
+
+    Read through the slot's descriptor: an empty slot raises AttributeError there, never reaching the
+    ``__getattr__`` that shared leaves install.
+    """
+    try:
+        return _HANDLE_SLOT.__get__(leaf, None)
+    except AttributeError:
+        return None
+
+
+def _archive_requested(prefix: Any, archive: Any) -> bool:
+    if archive:
+        return True
+    if archive is None and prefix is not None:
+        from .saving import is_archive_path
+
+        return is_archive_path(prefix)
+    return False
+
+
+def _save_shared(leaf: Any, prefix: Any, existsok: bool, allow_pickle: bool) -> tuple:
+    """Save ``leaf`` for ``share_non_tensor=True`` (a private folder when ``prefix`` is None): ``(path, handle)``."""
+    from ._shared_nontensor import SharedValue, anonymous_folder
+
+    folder = _save(leaf, prefix if prefix is not None else anonymous_folder(), existsok, allow_pickle)
+    shape = None if type(leaf) is _core.NonTensorData else tuple(leaf._batch_size)
+    return (folder if prefix is not None else _NO_FOLDER), SharedValue(folder, None, allow_pickle, shape)
 
 
 def _maybe_future(result: Any, return_early: bool) -> Any:

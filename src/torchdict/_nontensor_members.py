@@ -352,6 +352,13 @@ class NonTensorMembersMixin:
     def _take(self, source: Any, clone: bool) -> Any:
         from copy import deepcopy
 
+        if self._is_shared() and _core.is_non_tensor(source):
+            if type(self) is _core.NonTensorData and type(source) is _core.NonTensorStack:
+                raise ValueError(
+                    "Cannot update a NonTensorDataBase object with a NonTensorStack. Call "
+                    "`non_tensor_data.maybe_to_stack()` before calling update().")
+            self._write_shared_leaf(source)  # the value goes to the shared folder, for every process
+            return self
         if type(self) is _core.NonTensorData:
             if type(source) is _core.NonTensorStack:
                 raise ValueError(

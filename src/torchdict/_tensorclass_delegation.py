@@ -475,6 +475,12 @@ class TensorDictMethods(FieldStorage):
 
     load = load_memmap
 
+    def pack(self, dim: int = -1, *, layout: Any = None) -> tuple:
+        """``TensorDict.pack`` of the fields; the layout records this class, so ``layout.unpack`` rebuilds it."""
+        from .formats.pack import pack
+
+        return pack(self, dim, layout=layout)
+
     # ------------------------------------------------------------------ python protocols
     def __repr__(self) -> str:
         from .printing import PRINT_OPTIONS, format_leaf, indent, td_is_shared

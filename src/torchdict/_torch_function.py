@@ -19,6 +19,7 @@ from ._apply import map_batch, rewrap, unwrap
 from ._base import TensorCollection
 from ._indexing import same_value, batch_probe
 from ._locking import keep_lock
+from ._shape import batch_dim
 from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
 
 _Tensor = torch.Tensor
@@ -502,3 +503,30 @@ class TorchFunctionMixin:
         return cat(input, dim, out=out)
 
     concat = cat
+
+    # ------------------------------------------------------------------ lazy stacking
+
+    def to_lazystack(self, dim: int = 0) -> Any:
+        """A :class:`~torchdict.LazyStackedTensorDict` of the slices of ``self`` along batch ``dim``.
+
+        >>> TensorDict(a=torch.zeros(3, 2), batch_size=[3, 2]).to_lazystack(1).stack_dim
+        1
+        """
+        from .lazy import lazy_stack
+
+        position = batch_dim(dim, self.batch_size)
+        return lazy_stack(list(self.unbind(position)), position)
+
+    @classmethod
+    def lazy_stack(cls, input: Any, dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
+        """:func:`torchdict.lazy_stack`: stack ``input`` without copying (``out`` receives the values)."""
+        from .lazy import lazy_stack
+
+        return lazy_stack(input, dim, out=out, **kwargs)
+
+    @classmethod
+    def maybe_dense_stack(cls, input: Any, dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
+        """:func:`torchdict.maybe_dense_stack`: a dense stack when the items share their keys, else a lazy one."""
+        from .lazy import maybe_dense_stack
+
+        return maybe_dense_stack(input, dim, out=out, **kwargs)

@@ -295,7 +295,7 @@ def update_(td: Any, source: Any, *, clone: bool, non_blocking: bool,
     for existing, value, key in plan:
         if isinstance(existing, _Tensor):
             existing.copy_(value.clone() if clone else value, non_blocking=non_blocking)
-        else:
+        elif not existing[0]._tensordict[existing[1]]._write_shared_leaf(value):  # shared: written to its folder
             existing[0]._tensordict[existing[1]] = value
     return td
 
@@ -329,7 +329,9 @@ def _plan_inplace(td: Any, source: Any, tree: Optional[dict], prefix: tuple, pla
                 check_grad_writable(existing)
             plan.append((existing, value, key))
         else:
-            plan.append(((target, key), to_leaf(value, full_key, target._batch_size, target._device), key))
+            leaf = to_leaf(value, full_key, target._batch_size, target._device)
+            existing._check_shared_leaf(leaf)  # a shared leaf's refusals, before the first write
+            plan.append(((target, key), leaf, key))
 
 
 def _update_shape_error(full_key: tuple, shape: torch.Size, entry_shape: torch.Size) -> RuntimeError:

@@ -124,12 +124,17 @@ def _non_tensor_stack(loader: FolderLoader, folder: str, meta: dict, parent_batc
     data = meta.get("data")
     if data is None:
         data = _pickled_data(loader, folder)
+    elif data == "pickle.pkl":  # a lone stack's values JSON can't hold: the pickled nested list
+        data = loader.unpickle(loader.tree.join(folder, "pickle.pkl"))
     if type(data) is not list:
         raise corrupt_meta(folder, "a NonTensorStack without a list of values")
     stack = NonTensorStack.from_nested_list(data, parent_batch)
     stack_dim = meta.get("stack_dim", 0)
     if stack_dim not in (0, None):
         raise RuntimeError(f"Loading a NonTensorStack stacked along dim {stack_dim} ({folder}) is not supported.")
+    if parent_batch is None:  # a lone stack keeps the device it was saved with (None too), as upstream
+        saved = meta.get("device")
+        return stack._to_device(None if saved is None else torch.device(saved))
     return stack._to_device(_CPU)
 
 

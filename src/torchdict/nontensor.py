@@ -130,7 +130,8 @@ class NonTensorData(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMixi
     # ------------------------------------------------------------------ the value
     def _set_data(self, value: Any) -> None:
         self._refuse_if_locked()
-        self._data = value
+        if not self._write_shared(value):  # a shared leaf (share_non_tensor) writes its folder instead
+            self._data = value
 
     # The getter is a C attrgetter: ``td[key]`` reads it for every non-tensor entry (a Python getter
     # costs a function call there).
@@ -288,6 +289,8 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
         return [palette[code] for code in self._codes.reshape(-1).tolist()]
 
     def _assign_values(self, values: list) -> None:
+        if self._write_shared(values):  # a shared stack (share_non_tensor) writes its folder instead
+            return
         origins = self._origins
         self._palette, self._palette_origins, self._codes = values, origins, None
 
@@ -300,6 +303,8 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
         return [origins[code] for code in self._codes.reshape(-1).tolist()]
 
     def _assign_origins(self, origins: Optional[list]) -> None:
+        if self._is_shared():  # a shared stack's elements are each a value of its own: no origins to keep
+            return
         if self._codes is not None:
             self._palette, self._codes = self._get_values(), None
         self._palette_origins = origins

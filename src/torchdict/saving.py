@@ -135,13 +135,15 @@ class _Node:
 
 
 class _Options:
-    __slots__ = ("like", "copy_existing", "existsok", "allow_pickle")
+    __slots__ = ("like", "copy_existing", "existsok", "allow_pickle", "share")
 
-    def __init__(self, like: bool, copy_existing: bool, existsok: bool, allow_pickle: bool) -> None:
+    def __init__(self, like: bool, copy_existing: bool, existsok: bool, allow_pickle: bool,
+                 share: bool = False) -> None:
         self.like = like
         self.copy_existing = copy_existing
         self.existsok = existsok
         self.allow_pickle = allow_pickle
+        self.share = share  # share_non_tensor: the result's non-tensor leaves read and write the folder
 
 
 def _collection_td(value: Any) -> Any:
@@ -373,6 +375,8 @@ def _run_in_threads(run: Any, jobs: list, num_threads: int) -> list:
 
 
 def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool, replaced: str | None) -> Any:
+    # Before the data: without a folder, the shared values' own folder is written (and its refusals made) first.
+    shared = _shared_values(root, options) if options.share else None
     swap = None if replaced is None or root.path is None else begin_swap(replaced, root.path)
     try:
         mapped = _write(root, options, num_threads, swap)
@@ -382,7 +386,7 @@ def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool, re
         if swap is not None:
             swap.abandon()
         raise
-    result = _assemble(root, mapped, inplace)
+    result = _assemble(root, mapped, inplace, shared)
     result_td = _collection_td(result)
     result_td._lock_tree()
     return result
@@ -391,6 +395,18 @@ def _execute(root: _Node, options: _Options, num_threads: int, inplace: bool, re
 def _write(root: _Node, options: _Options, num_threads: int, swap: FolderSwap | None) -> dict:
     """Write every file of the save (into the work folder with a swap); the stored leaves by (node, key)."""
     nodes = list(_walk(root))
+    jobs = [(node, key, tensor, file_path) for node in nodes for key, tensor, file_path in node.leaves]
+    # Made first: a missing tqdm is reported before anything on disk changes.
+    progress = None if options.like else _progress_bar(jobs, root.path)
+    try:
+        return _write_files(root, nodes, jobs, options, num_threads, swap, progress)
+    finally:
+        if progress is not None:
+            progress.close()
+
+
+def _write_files(root: _Node, nodes: list, jobs: list, options: _Options, num_threads: int,
+                 swap: FolderSwap | None, progress: Any) -> dict:
     metas: dict = {}
 
     def where(path: str) -> str:
@@ -415,11 +431,13 @@ def _write(root: _Node, options: _Options, num_threads: int, swap: FolderSwap | 
                 # Mark the folder incomplete before touching a file: a save killed from here on
                 # leaves no meta.json that would describe half-written data.
                 remove_meta(node.path)
-    jobs = [(node, key, tensor, file_path) for node in nodes for key, tensor, file_path in node.leaves]
     stored: list
 
     def run(job: tuple) -> MemoryMappedTensor:
-        return _store_leaf(job[2], job[3], options.like, swap)
+        leaf = _store_leaf(job[2], job[3], options.like, swap)
+        if progress is not None:
+            progress.update(job[2].numel() * job[2].element_size())
+        return leaf
 
     if num_threads and num_threads > 1 and len(jobs) > 1:
         stored = _run_in_threads(run, jobs, num_threads)
@@ -437,10 +455,43 @@ def _write(root: _Node, options: _Options, num_threads: int, swap: FolderSwap | 
     return mapped
 
 
-def _assemble(node: _Node, mapped: dict, inplace: bool) -> Any:
+def _shared_values(root: _Node, options: _Options) -> dict:
+    """Where each non-tensor leaf's shared value lives, by (node, key): its entry in the saved folder, or, for a
+    save without a folder, in a private folder holding only the non-tensor entries (see _shared_nontensor)."""
+    from ._shared_nontensor import SharedValue, anonymous_folder
+
+    holders = _walk(root)
+    if root.path is None:
+        shadow = _plan(root.source, anonymous_folder(), (), _Options(True, False, True, options.allow_pickle))
+        for node in _walk(shadow):
+            os.makedirs(node.path, exist_ok=True)
+            for file_path, payload in node.pickles:
+                write_bytes_file(file_path, payload)
+            entries = {key: entry for key, entry in node.entries.items() if entry["kind"] != "tensor"}
+            write_meta_atomic(node.path, folder_meta(node.td._batch_size, node.td._names, node.class_name, entries))
+        holders = _walk(shadow)
+    return {(id(node), key): SharedValue(holder.path, key, options.allow_pickle)
+            for node, holder in zip(_walk(root), holders) for key, _ in node.non_tensors}
+
+
+def _progress_bar(jobs: list, path: str | None) -> Any:
+    """A bar of the bytes this save writes, when progress bars are on (``torchdict.set_progress_bar``)."""
+    from ._progress import byte_progress, progress_bar_enabled
+
+    if not progress_bar_enabled():
+        return None
+    total = sum(job[2].numel() * job[2].element_size() for job in jobs)
+    return byte_progress(total, f"memmap {os.path.basename(path) if path else '(shared memory)'}")
+
+
+def _assemble(node: _Node, mapped: dict, inplace: bool, shared: dict | None = None) -> Any:
     """Build the memory-mapped result (or update the source in place) from the stored leaves."""
-    children = {key: _assemble(child, mapped, inplace) for key, child in node.children}
+    children = {key: _assemble(child, mapped, inplace, shared) for key, child in node.children}
     non_tensors = {key: leaf._to_device(_CPU) for key, leaf in node.non_tensors}
+    if shared is not None and non_tensors:
+        from ._shared_nontensor import share_leaf
+
+        non_tensors = {key: share_leaf(leaf, shared[(id(node), key)]) for key, leaf in non_tensors.items()}
     td = node.td
     node_id = id(node)
     if inplace:
@@ -483,9 +534,9 @@ def save_collection(source: Any, prefix: Any = None, *, copy_existing: bool = Fa
     ``atomic=True`` writes a new folder beside ``prefix`` and renames it into place
     (:mod:`torchdict._atomic_save`).
     """
-    check_save_keywords(robust_key, share_non_tensor)
     if archive is None:
         archive = not inplace and prefix is not None and is_archive_path(prefix)
+    check_save_keywords(robust_key, share_non_tensor, archive=bool(archive))
     if archive:
         if inplace:
             raise ValueError("memmap_ cannot write an archive: use memmap(...) or save(...) with a '.tdz' path.")
@@ -505,13 +556,13 @@ def save_collection(source: Any, prefix: Any = None, *, copy_existing: bool = Fa
         def write_atomically() -> Any:
             return save_atomically(source, prefix, existsok, lambda folder: save_collection(
                 source, folder, copy_existing=copy_existing, num_threads=num_threads, existsok=True,
-                allow_pickle=allow_pickle, like=like, inplace=inplace))
+                allow_pickle=allow_pickle, like=like, inplace=inplace, share_non_tensor=share_non_tensor))
 
         return _in_background(write_atomically) if return_early else write_atomically()
     path = None if prefix is None else os.path.abspath(os.fspath(prefix))
     if path is not None and not os.path.exists(path):
         recover(os.path.realpath(path))  # a swap killed between its two renames: finish it first
-    options = _Options(like, copy_existing, existsok, allow_pickle)
+    options = _Options(like, copy_existing, existsok, allow_pickle, bool(share_non_tensor))
     root = _plan(source, path, (), options)
     replaced = None
     if path is not None:
@@ -547,21 +598,21 @@ def is_archive_path(prefix: Any) -> bool:
     return pathlib.PurePath(os.fspath(prefix)).suffix == ".tdz"
 
 
-def check_save_keywords(robust_key: Any, share_non_tensor: Any) -> None:
+def check_save_keywords(robust_key: Any, share_non_tensor: Any, *, archive: bool = False) -> None:
     """Refuse the values of upstream's keywords that torchdict can't honour (before anything is written).
 
     ``robust_key``: keys are always escaped into file names (the legacy raw names could escape the
     folder), so ``False`` writes the same names as ``True``; only its type is checked.
-    ``share_non_tensor=True`` would need non-tensor values shared between processes through a
-    ``multiprocessing`` manager, which torchdict's non-tensor leaves do not provide.
+    ``share_non_tensor=True`` shares the non-tensor values through the saved folder's files
+    (:mod:`torchdict._shared_nontensor`), which an archive, one zip file, can't rewrite in place.
     """
     if robust_key is not None and not isinstance(robust_key, bool):
         raise TypeError(f"robust_key must be a bool or None, got {type(robust_key).__name__}.")
-    if share_non_tensor:
-        raise NotImplementedError(
-            "share_non_tensor=True is not supported by torchdict: non-tensor values of a memory-mapped "
-            "TensorDict are saved in its meta.json and are not shared live between processes. Call "
-            "memmap_refresh_() in the other process to read values written since."
+    if share_non_tensor and archive:
+        raise ValueError(
+            "share_non_tensor=True needs a folder: the non-tensor values of a '.tdz' archive can't be rewritten "
+            "in place, so they can't be shared. Save to a folder (a prefix without '.tdz', archive=False) to "
+            "share them."
         )
 
 
@@ -589,8 +640,9 @@ class PersistenceMixin:
         ``archive=True`` (the default for a ``prefix`` ending in ``.tdz``) writes one zip file
         instead and returns it loaded, unlocked (``compression`` compresses its tensor entries).
         ``atomic=True`` writes a new folder beside ``prefix`` and renames it into place.
-        ``robust_key`` is accepted (keys are always escaped) and ``share_non_tensor=True`` is not
-        supported.
+        ``robust_key`` is accepted (keys are always escaped). ``share_non_tensor=True`` shares the non-tensor
+        values between the processes holding the result: a value written in place (``set_``, ``update_``,
+        ``td[i] = ...``) in one is read by the others (it lives in the folder's ``meta.json``).
 
         >>> import tempfile, torch
         >>> from torchdict import TensorDict
@@ -897,7 +949,7 @@ def _save_any_archive(data: Any, prefix: Any, copy_existing: bool, num_threads: 
                       share_non_tensor: bool, robust_key: Any, compression: Any) -> Any:
     """An archive of any collection (a lazy stack or a lone non-tensor leaf too): their own ``memmap`` methods
     write folders only."""
-    check_save_keywords(robust_key, share_non_tensor)
+    check_save_keywords(robust_key, share_non_tensor, archive=True)
     from .formats.archive import save_archive
 
     def write() -> Any:

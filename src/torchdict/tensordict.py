@@ -23,7 +23,9 @@ from ._conversions import ConversionsMixin
 from ._context import ContextMixin, undo_flatten_keys, undo_unflatten_keys, write_back
 from ._convert import (check_tensor, fits_batch, parse_batch_size, parse_device, quick_batch_len,
                        to_leaf)
-from ._extras import ExtrasMixin
+from ._batch_dims import BatchDimsMixin
+from ._fused_ops import FusedOpsMixin
+from ._introspection import IntrospectionMixin
 from ._errors import (
     KeyThroughLeafError,
     batch_mismatch_error,
@@ -114,7 +116,9 @@ class TensorDict(
     KeyMembersMixin,
     PaddingMixin,
     AutogradMixin,
-    ExtrasMixin,
+    IntrospectionMixin,
+    FusedOpsMixin,
+    BatchDimsMixin,
     TensorDictBase,
 ):
     """A dictionary of tensors sharing leading batch dimensions.
@@ -646,7 +650,8 @@ class TensorDict(
             value = to_leaf(value, full_key, self._batch_size, self._device)
             if type(value) not in _NON_TENSOR:
                 raise inplace_error(full_key, self)
-            self._tensordict[key] = value
+            if not existing._write_shared_leaf(value):  # a shared leaf (share_non_tensor) writes its folder
+                self._tensordict[key] = value
 
     def set_(self, key: Any, item: Any, *, non_blocking: bool = False) -> "TensorDict":
         """Copy ``item`` into the existing entry at ``key`` (allowed when locked); returns self."""

@@ -165,13 +165,19 @@ class _Entry:
 
 def _write_archive(entries: Iterable[_Entry], target: str, compression: Any, compresslevel: int | None) -> None:
     """Write ``entries`` as a zip at ``target``: a temporary file beside it, renamed over it once complete."""
+    from .._progress import byte_progress, progress_bar_enabled
+
     compress_type = _compression(compression)
+    progress = None
+    if progress_bar_enabled():  # the bar needs the total: the entries are listed first (they hold no data)
+        entries = list(entries)
+        progress = byte_progress(sum(entry.size for entry in entries), f"archive {os.path.basename(target)}")
     temporary, handle = _new_file_beside(target)
     try:
         with os.fdopen(handle, "w+b") as raw:
             with zipfile.ZipFile(raw, "w", allowZip64=True) as archive:
                 for entry in entries:
-                    _write_entry(archive, raw, entry, compress_type, compresslevel)
+                    _write_entry(archive, raw, entry, compress_type, compresslevel, progress)
         try:
             os.chmod(temporary, stat.S_IMODE(os.stat(target).st_mode))  # replacing a file keeps its permissions
         except FileNotFoundError:
@@ -183,6 +189,9 @@ def _write_archive(entries: Iterable[_Entry], target: str, compression: Any, com
         except FileNotFoundError:
             pass
         raise
+    finally:
+        if progress is not None:
+            progress.close()
     forget_verified(target)
 
 
@@ -201,7 +210,7 @@ def _new_file_beside(target: str) -> tuple:
 
 
 def _write_entry(archive: zipfile.ZipFile, raw: Any, entry: _Entry, compress_type: int,
-                 compresslevel: int | None) -> None:
+                 compresslevel: int | None, progress: Any = None) -> None:
     info = zipfile.ZipInfo(entry.name, date_time=_ENTRY_DATE)
     info.file_size = entry.size
     info.external_attr = 0o644 << 16
@@ -215,6 +224,8 @@ def _write_entry(archive: zipfile.ZipFile, raw: Any, entry: _Entry, compress_typ
         for chunk in entry.chunks():
             sink.write(chunk)
             written += len(chunk)
+            if progress is not None:
+                progress.update(len(chunk))
     if written != entry.size:
         raise RuntimeError(f"The archive entry {entry.name!r} changed size while it was written "
                            f"({written} bytes instead of {entry.size}).")
@@ -737,7 +748,11 @@ class ArchiveTree:
         """Check the CRC-32 of every stored payload this load mapped; then unseal a writable archive."""
         pending, self._pending = self._pending, []
         if pending:
+            from .._progress import byte_progress
+
             storage = self.storage
+            progress = byte_progress(sum(member.size for _, member in pending),
+                                     f"checking {os.path.basename(self.path)}")
 
             def check(item: tuple) -> str:
                 name, member = item
@@ -745,15 +760,21 @@ class ArchiveTree:
                 computed = zlib.crc32(data)  # releases the GIL on large buffers: threads help
                 if computed != member.crc:
                     raise _checksum_error(self.path, name, member.crc, computed)
+                if progress is not None:
+                    progress.update(member.size)
                 return name
 
-            if num_threads and num_threads > 1 and len(pending) > 1:
-                from concurrent.futures import ThreadPoolExecutor
+            try:
+                if num_threads and num_threads > 1 and len(pending) > 1:
+                    from concurrent.futures import ThreadPoolExecutor
 
-                with ThreadPoolExecutor(max_workers=num_threads) as pool:
-                    names = list(pool.map(check, pending))
-            else:
-                names = [check(item) for item in pending]
+                    with ThreadPoolExecutor(max_workers=num_threads) as pool:
+                        names = list(pool.map(check, pending))
+                else:
+                    names = [check(item) for item in pending]
+            finally:
+                if progress is not None:
+                    progress.close()
             if not self.writable:
                 _remember_verified(self.path, names)
         if self.writable and self.sealed:
