@@ -363,7 +363,7 @@ def test_the_twins_are_registered_with_dynamo() -> None:
 
     registered = compile_support.registered()
     assert _accel.py_tensor_len in registered
-    from torchdict._tensorclass_fields import set_instance_dict, set_td
+    from torchdict.tensorclass._fields import set_instance_dict, set_td
 
     assert set_td in registered and set_instance_dict in registered
     if _accel.USING_C:

@@ -37,7 +37,7 @@ def test_a_traceback_through_the_generated_init_shows_its_lines():
 
 
 def test_the_generated_getitem_has_readable_source(monkeypatch):
-    from torchdict import _tensorclass_indexing
+    from torchdict.tensorclass import _indexing as _tensorclass_indexing
 
     monkeypatch.setattr(_tensorclass_indexing, "field_indexer", None)  # the Python twin, not the C method
     getitem = _tensorclass_indexing.make_getitem(Pair, ("obs", "reward"), lambda self, index: None, _Slot())

@@ -245,8 +245,8 @@ def test_getitem_runs_in_c_from_the_type_slot() -> None:
 # ------------------------------------------------------------------ tensorclass data[i]
 def _python_twin_getitem(cls: type):  # type: ignore[no-untyped-def]
     """The generated Python ``__getitem__`` of ``cls``, the twin of the C FieldIndexer."""
-    from torchdict import _tensorclass_indexing as indexing
-    from torchdict._tensorclass_fields import TD_STATE
+    from torchdict.tensorclass import _indexing as indexing
+    from torchdict.tensorclass._fields import TD_STATE
 
     saved, indexing.field_indexer = indexing.field_indexer, None
     try:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from torchdict import TensorDict, tensorclass
-from torchdict._tensorclass_indexing import _is_generated
+from torchdict.tensorclass._indexing import _is_generated
 
 
 @tensorclass

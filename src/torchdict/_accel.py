@@ -155,11 +155,11 @@ zip_dict: Callable[[Any, list, int, int], dict] = _C.zip_dict if _C is not None 
 #: None without C (its twin is _apply_tree.py_collect_tree).
 collect_tree: Optional[Callable] = _C.collect_tree if _C is not None else None
 #: ``make_field_indexer(names, state, general, no_batch, Tensor)``: a tensorclass's ``data[i]``
-#: in C (see _tensorclass_indexing, whose generated Python code is its twin); None without C.
+#: in C (see tensorclass._indexing, whose generated Python code is its twin); None without C.
 field_indexer: Optional[Callable] = _C.make_field_indexer if _C is not None else None
 FieldIndexer: Optional[type] = _C.FieldIndexer if _C is not None else None
 #: ``make_field_init(names, state, general)``: a tensorclass's ``Cls(*tensors, batch_size=[n])``
-#: in C, in front of its generated Python ``__init__`` (see _tensorclass_fields.make_init).
+#: in C, in front of its generated Python ``__init__`` (see tensorclass._fields.make_init).
 field_init: Optional[Callable] = _C.make_field_init if _C is not None else None
 
 

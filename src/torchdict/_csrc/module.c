@@ -17,8 +17,8 @@
  *   tree.c         install_getitem: TensorDict's td["key"] / td["a", "b"] (twin: its Python __getitem__);
  *                  collect_tree, zip_dict: apply(fn) on a plain tree (_apply_tree.py_collect_tree,
  *                  _accel.py_zip_dict)
- *   tensorclass.c  make_field_indexer: data[i] / data[a:b] (twin: _tensorclass_indexing's generated
- *                  code); make_field_init: Cls(*tensors, batch_size=[n]) (_tensorclass_fields.make_init);
+ *   tensorclass.c  make_field_indexer: data[i] / data[a:b] (twin: tensorclass._indexing's generated
+ *                  code); make_field_init: Cls(*tensors, batch_size=[n]) (tensorclass._fields.make_init);
  *                  front_getitem / front_init / fronted: those two run from the class's type slots
  *
  * The C methods run from type slots (mp_subscript, tp_init) while the class __dict__ keeps the

@@ -5,7 +5,7 @@
 /* ------------------------------------------------------------------ tensorclass data[i]
  * FieldIndexer: the __getitem__ of one tensorclass for data[i] and data[a:b], the hot read
  * of a dataset of tensorclasses. It does what the Python code generated per class in
- * _tensorclass_indexing.py does, without a Python frame: read each field from the instance
+ * tensorclass/_indexing.py does, without a Python frame: read each field from the instance
  * dict, index it, fill a new instance's dict, set its (batch, device) state. It only takes
  * an int or a slice on a one-dim batch with every field present and a plain torch.Tensor;
  * anything else, and an index the first field refuses (IndexError, ValueError), goes to the
@@ -260,7 +260,7 @@ td_make_field_indexer(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssi
  * position as a tensor whose first size is n, and batch_size=[n] (a one-item list of an
  * int n > 0) the only keyword. It stores the tensors in the instance dict and sets the
  * (batch, device) state, as the first branch of the generated Python __init__ does
- * (_tensorclass_fields.make_init); every other call goes to that Python __init__. Only made
+ * (tensorclass._fields.make_init); every other call goes to that Python __init__. Only made
  * for classes whose fields are all positional, with no defaults, no __post_init__ and not
  * frozen. Instances take attributes (a __dict__), so that it can carry the same marks as
  * the Python function it fronts. */

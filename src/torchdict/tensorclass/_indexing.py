@@ -18,10 +18,10 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ._accel import C_HELPER, descriptor_setter, field_indexer, FieldIndexer, front_tensorclass_slots, slot_getitem
-from ._convert import tensor_len
+from .._accel import C_HELPER, descriptor_setter, field_indexer, FieldIndexer, front_tensorclass_slots, slot_getitem
+from .._convert import tensor_len
 from ._generated import exec_generated
-from ._indexing import NO_BATCH
+from .._indexing import NO_BATCH
 
 _MARK = "_tc_generated"
 

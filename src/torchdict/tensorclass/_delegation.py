@@ -25,17 +25,17 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
-from ._base import BoundCall, TensorCollection
-from ._convert import parse_batch_size
-from ._indexing import index_basic as _index_basic
-from ._indexing import index_tensordict as _index_tensordict
-from ._keys import key_to_tuple
-from ._tensorclass_conversions import (fill_none_fields, nest_tensorclasses, scalars_as_non_tensor, set_none_entry,
+from .._base import BoundCall, TensorCollection
+from .._convert import parse_batch_size
+from .._indexing import index_basic as _index_basic
+from .._indexing import index_tensordict as _index_tensordict
+from .._keys import key_to_tuple
+from ._conversions import (fill_none_fields, nest_tensorclasses, scalars_as_non_tensor, set_none_entry,
                                        set_none_item, warn_defaults_not_filled)
-from ._tensorclass_fields import (NON_TENSOR, FieldStorage, guard_all, no_field_error, set_instance_dict, set_td,
+from ._fields import (NON_TENSOR, FieldStorage, guard_all, no_field_error, set_instance_dict, set_td,
                                   to_field_leaf)
-from .saving import save_collection
-from .tensordict import TensorDict
+from ..saving import save_collection
+from ..tensordict import TensorDict
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -227,7 +227,7 @@ class TensorDictMethods(FieldStorage):
     # ------------------------------------------------------------------ indexing
     def __getitem__(self, index: Any) -> "Self":
         # The general path. Each class also gets a generated __getitem__ in front of this one
-        # (_tensorclass_indexing.py) for data[i] / data[a:b] over plain tensor fields.
+        # (_indexing.py) for data[i] / data[a:b] over plain tensor fields.
         index_type = type(index)
         if index_type is int or index_type is slice:
             # Index the storage dict and keep the result lazy, as a new instance is (no
@@ -477,16 +477,16 @@ class TensorDictMethods(FieldStorage):
 
     def pack(self, dim: int = -1, *, layout: Any = None) -> tuple:
         """``TensorDict.pack`` of the fields; the layout records this class, so ``layout.unpack`` rebuilds it."""
-        from .formats.pack import pack
+        from ..formats.pack import pack
 
         return pack(self, dim, layout=layout)
 
     # ------------------------------------------------------------------ python protocols
     def __repr__(self) -> str:
-        from .printing import PRINT_OPTIONS, format_leaf, indent, td_is_shared
+        from ..printing import PRINT_OPTIONS, format_leaf, indent, td_is_shared
 
         if PRINT_OPTIONS["compact"]:
-            from ._compact_repr import compact_repr
+            from .._compact_repr import compact_repr
 
             return compact_repr(self)
         td = self._tensordict

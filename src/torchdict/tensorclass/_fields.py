@@ -9,7 +9,7 @@ validates the values into that storage dict. Fields that may hold a non-tensor g
 class-level :class:`_ValueField` accessor that unwraps ``NonTensorData``.
 
 The class machinery built on this layout (delegation to the TensorDict, rewrapping) is
-in ``_tensorclass_delegation.py``; the public ``@tensorclass`` / ``TensorClass`` in
+in ``_delegation.py``; the public ``@tensorclass`` / ``TensorClass`` in
 ``tensorclass.py``.
 
 >>> import torch
@@ -31,13 +31,13 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ._base import TensorCollection
-from ._accel import C_HELPER, descriptor_setter, field_init, front_tensorclass_slots, lengths_fit
-from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
+from .._base import TensorCollection
+from .._accel import C_HELPER, descriptor_setter, field_init, front_tensorclass_slots, lengths_fit
+from .._convert import fits_batch, parse_batch_size, parse_device, to_leaf
 from ._generated import exec_generated
-from ._tensorclass_indexing import install_getitem
-from .nontensor import NonTensorData, NonTensorStack
-from .tensordict import TensorDict
+from ._indexing import install_getitem
+from ..nontensor import NonTensorData, NonTensorStack
+from ..tensordict import TensorDict
 
 _Tensor = torch.Tensor
 _Size = torch.Size

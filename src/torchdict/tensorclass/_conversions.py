@@ -1,5 +1,5 @@
 """Tensorclass conversions from and to dicts and TensorDicts: the helpers of ``from_dict``,
-``from_tensordict``, ``to_tensordict`` and ``to_dict`` (the methods are in ``_tensorclass_delegation``).
+``from_tensordict``, ``to_tensordict`` and ``to_dict`` (the methods are in ``_delegation``).
 
 Nested dicts and TensorDicts become the tensorclass a field's annotation names (``T`` or
 ``Optional[T]``), and ``None`` fields, which a tensorclass does not store, are written back
@@ -16,12 +16,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ._apply import unwrap
-from ._base import TensorCollection
-from ._indexing import warn_user
-from ._tensorclass_fields import _resolve_annotations, is_tensorclass_type
-from .nontensor import NonTensorData
-from .tensordict import TensorDict
+from .._apply import unwrap
+from .._base import TensorCollection
+from .._indexing import warn_user
+from ._fields import _resolve_annotations, is_tensorclass_type
+from ..nontensor import NonTensorData
+from ..tensordict import TensorDict
 
 _Size = torch.Size
 

@@ -16,9 +16,9 @@ Invariant relied on: a TensorDict's storage dict is mutated in place, never rebo
 
 This module is the public face: the decorator, the ``TensorClass`` base (its options,
 attributes and batch properties) and ``is_tensorclass``. The instance layout, field
-specs and the generated ``__init__`` are in ``_tensorclass_fields.py``; the delegated
+specs and the generated ``__init__`` are in ``_fields.py``; the delegated
 TensorDict API (indexing, torch functions, rewrapping, repr, pickling, persistence) in
-``_tensorclass_delegation.py``.
+``_delegation.py``.
 
 >>> import torch
 >>> from torchdict import tensorclass
@@ -38,13 +38,13 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, overload
 
 import torch
 
-from ._saved_classes import register_saved_class
-from ._tensorclass_delegation import TensorDictMethods, install_delegates
-from ._tensorclass_delegation import _rebuild  # noqa: F401 - pickles written before the split name it here
-from ._tensorclass_fields import (OPTION_NAMES, TD_STATE, declare_fields, install_fields, is_tensorclass_type,
+from .._saved_classes import register_saved_class
+from ._delegation import TensorDictMethods, install_delegates
+from ._delegation import _rebuild  # noqa: F401 - pickles written before the split name it here
+from ._fields import (OPTION_NAMES, TD_STATE, declare_fields, install_fields, is_tensorclass_type,
                                   make_init, no_field_error, set_field, set_instance_dict, set_td)
-from ._tensorclass_indexing import install_getitem
-from .tensordict import TensorDict
+from ._indexing import install_getitem
+from ..tensordict import TensorDict
 
 if sys.version_info >= (3, 11):
     from typing import dataclass_transform
@@ -265,7 +265,7 @@ def _build_class(cls: type) -> None:
 
 def _register_pytree(cls: type) -> None:
     # Makes instances pytree nodes: torch.vmap, torch.func and tree_map see through them.
-    from ._pytree import register_collection_class
+    from .._pytree import register_collection_class
 
     register_collection_class(cls)
 
