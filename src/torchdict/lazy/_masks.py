@@ -61,7 +61,7 @@ class LazyMaskMixin:
         """A TensorDict of the entries at the true positions of ``mask`` (of the batch shape, or of its
         leading dims): tensors stacked then masked, sub-TensorDicts as lazy stacks of the selected
         elements (as upstream)."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         # As upstream: every stacked entry indexed by the mask (a ragged entry raises when stacked).
         entries = {key: self.get(key)[mask] for key in self.keys()}

@@ -71,7 +71,7 @@ def _unflatten(values: Any, context: tuple) -> Any:
 
 def register() -> None:
     """Register :class:`~torchdict.LazyStackedTensorDict` with pytree (once)."""
-    from .lazy import LazyStackedTensorDict
+    from ..lazy import LazyStackedTensorDict
 
     if LazyStackedTensorDict in pytree.SUPPORTED_NODES:
         return

@@ -21,8 +21,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ._reductions import _NO_DIM
-from .tensordict import TensorDict
+from .._reductions import _NO_DIM
+from ..tensordict import TensorDict
 
 _Tensor = torch.Tensor
 #: The lazy stack's reductions that take ``(dim, keepdim, **options)`` as the dense ones.

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Callable, Optional, Sequence
 
-from ._base import TensorCollection
-from ._errors import locked_error, missing_key_error
-from ._keys import key_to_tuple
+from .._base import TensorCollection
+from .._errors import locked_error, missing_key_error
+from .._keys import key_to_tuple
 
 _NO: Any = object()
 
@@ -175,7 +175,7 @@ class LazyKeyOpsMixin:
     def rename_keys(self, mapping: Mapping, *, strict: bool = True) -> Any:
         """A lazy stack of the members with the keys of ``mapping`` renamed (all at once: ``{"a": "b",
         "b": "a"}`` swaps them); see :func:`torchdict._rename_keys.rename_keys`."""
-        from ._rename_keys import rename_keys
+        from .._rename_keys import rename_keys
 
         return self._restack([rename_keys(td, mapping, strict=strict) for td in self.tensordicts], self.stack_dim)
 
@@ -225,7 +225,7 @@ class LazyKeyOpsMixin:
         """``source`` (a collection of this batch size, or a dict of full-batch values) as one part per
         member, along the stack dim."""
         if isinstance(source, Mapping) and not isinstance(source, TensorCollection):
-            from .tensordict import TensorDict
+            from ..tensordict import TensorDict
 
             source = TensorDict(source, batch_size=self.batch_size)
         if not isinstance(source, TensorCollection):

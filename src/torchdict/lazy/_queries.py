@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterator, List, Optional
 
 import torch
 
-from ._lazy_ops import _MISSING
-from ._lazy_reductions import member_leaves
+from ._ops import _MISSING
+from ._reductions import member_leaves
 
 _Tensor = torch.Tensor
 _SENTINEL: Any = object()
@@ -84,7 +84,7 @@ class LazyQueriesMixin:
 
     def data_ptr(self, *, storage: bool = False) -> Any:
         """A TensorDict (no batch) holding each member's ``data_ptr()`` under ``"0"``, ``"1"``, ..."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         return TensorDict({str(position): td.data_ptr(storage=storage) for position, td in
                            enumerate(self.tensordicts)}, batch_size=[])
@@ -106,8 +106,8 @@ class LazyQueriesMixin:
         """The class of the stacked entry at ``key``: ``torch.Tensor``, ``LazyStackedTensorDict`` for
         sub-TensorDicts, ``NonTensorStack`` for non-tensor data (without stacking ragged tensors);
         ``NoneType`` when some member lacks ``key`` (as upstream)."""
-        from .lazy import LazyStackedTensorDict
-        from .nontensor import NonTensorStack
+        from ..lazy import LazyStackedTensorDict
+        from ..nontensor import NonTensorStack
 
         values = self._member_values(key)
         if values is _MISSING:
@@ -120,8 +120,8 @@ class LazyQueriesMixin:
 
     def is_non_tensor(self, key: Any) -> bool:
         """True when ``key`` holds non-tensor data (every member must have it: KeyError otherwise)."""
-        from .lazy import _missing_key_error
-        from .nontensor import is_non_tensor
+        from ..lazy import _missing_key_error
+        from ..nontensor import is_non_tensor
 
         values = self._member_values(key)
         if values is _MISSING:
@@ -134,7 +134,7 @@ class LazyQueriesMixin:
         return tuple((key, self.get(key)) for key in keys if self._holds_non_tensor(key))
 
     def _holds_non_tensor(self, key: Any) -> bool:
-        from .nontensor import is_non_tensor
+        from ..nontensor import is_non_tensor
 
         values = self._member_values(key)
         return values is not _MISSING and all(is_non_tensor(value) for value in values)
@@ -145,7 +145,7 @@ class LazyQueriesMixin:
         value = self.get(key, _SENTINEL)
         if value is _SENTINEL:
             if default is _SENTINEL:
-                from .lazy import _missing_key_error
+                from ..lazy import _missing_key_error
 
                 raise _missing_key_error(key, self.keys())
             return default
@@ -168,8 +168,8 @@ class LazyQueriesMixin:
     def is_floating_point(self) -> bool:
         """True when every stacked tensor leaf is floating point, looked at in key order: the first that is
         not answers False, and a ragged leaf reached before raises the ragged-read error (as upstream)."""
-        from ._lazy_ops import is_ragged
-        from .lazy import _ragged_error
+        from ._ops import is_ragged
+        from ..lazy import _ragged_error
 
         for key in self.keys(True, True):
             values = self._member_values(key)

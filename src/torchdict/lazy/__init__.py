@@ -28,13 +28,13 @@ that fails leaves every member as it was.
 
 This module is the stack itself (construction, keys, reads, indexing, writes,
 members, the dense form, locking, repr); the rest of upstream's API comes from one
-mixin per concern: ``_lazy_apply`` (apply and member-wise results), ``_lazy_keyops``
-(key structure, updates, conversions refusing exclusive keys), ``_lazy_queries``
-(what the stack says about itself), ``_lazy_ops`` (pointwise ops, update, del/pop,
-torch.stack/cat), ``_lazy_reductions``, ``_lazy_shape`` (shape ops that keep the
-members), ``_lazy_masks`` (masks across the stack dim), ``_lazy_names``,
-``_lazy_extras`` (smaller members, class-level constructors), ``_lazy_persistence``
-(memmap/load) and ``_lazy_pytree`` (torch.vmap / torch.func).
+mixin per concern: ``_apply`` (apply and member-wise results), ``_keyops``
+(key structure, updates, conversions refusing exclusive keys), ``_queries``
+(what the stack says about itself), ``_ops`` (pointwise ops, update, del/pop,
+torch.stack/cat), ``_reductions``, ``_shape`` (shape ops that keep the
+members), ``_masks`` (masks across the stack dim), ``_names``,
+``_extras`` (smaller members, class-level constructors), ``_persistence``
+(memmap/load) and ``_pytree`` (torch.vmap / torch.func).
 """
 from __future__ import annotations
 
@@ -43,26 +43,26 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import torch
 
-from ._base import TensorCollection
-from .base import TensorDictBase
-from ._convert import fits_batch, to_leaf
-from ._errors import batch_mismatch_error, locked_error, MessageKeyError
-from ._keys import key_to_tuple
-from ._lazy_ops import _MISSING, LazyOpsMixin, is_ragged
-from ._lazy_reductions import LazyReductionsMixin
-from ._lazy_apply import LazyApplyMixin
-from ._lazy_keyops import LazyKeyOpsMixin
-from ._lazy_extras import LazyConstructorsMixin, LazyExtrasMixin
-from ._lazy_masks import LazyMaskMixin, index_with_spanning_mask
-from ._lazy_names import LazyNamesMixin
-from ._lazy_persistence import LazyPersistenceMixin
-from ._lazy_queries import LazyQueriesMixin
-from ._lazy_shape import LazyShapeMixin
-from ._torch_function import _combine_error, _incongruent_error
-from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
-from .printing import _is_shared as _tensor_is_shared
-from .printing import format_leaf, indent
-from .tensordict import TensorDict
+from .._base import TensorCollection
+from ..base import TensorDictBase
+from .._convert import fits_batch, to_leaf
+from .._errors import batch_mismatch_error, locked_error, MessageKeyError
+from .._keys import key_to_tuple
+from ._ops import _MISSING, LazyOpsMixin, is_ragged
+from ._reductions import LazyReductionsMixin
+from ._apply import LazyApplyMixin
+from ._keyops import LazyKeyOpsMixin
+from ._extras import LazyConstructorsMixin, LazyExtrasMixin
+from ._masks import LazyMaskMixin, index_with_spanning_mask
+from ._names import LazyNamesMixin
+from ._persistence import LazyPersistenceMixin
+from ._queries import LazyQueriesMixin
+from ._shape import LazyShapeMixin
+from .._torch_function import _combine_error, _incongruent_error
+from ..nontensor import NonTensorData, NonTensorStack, combine_non_tensor
+from ..printing import _is_shared as _tensor_is_shared
+from ..printing import format_leaf, indent
+from ..tensordict import TensorDict
 
 __all__ = ["LazyStackedTensorDict", "lazy_stack", "maybe_dense_stack"]
 
@@ -700,10 +700,10 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
 
     # ------------------------------------------------------------------ printing
     def __repr__(self) -> str:
-        from .printing import PRINT_OPTIONS
+        from ..printing import PRINT_OPTIONS
 
         if PRINT_OPTIONS["compact"]:
-            from ._compact_repr import compact_repr
+            from .._compact_repr import compact_repr
 
             return compact_repr(self)
         fields = {}
@@ -741,7 +741,7 @@ def _block(entries: list) -> str:
 
 
 def _is_shared(td: LazyStackedTensorDict) -> bool:
-    from .printing import td_is_shared
+    from ..printing import td_is_shared
 
     return any(td_is_shared(member) for member in td._tds)
 
@@ -806,7 +806,7 @@ def maybe_dense_stack(input: Sequence[TensorDict], dim: int = 0, *, out: Any = N
     if not items:
         raise RuntimeError("items cannot be empty")
     if all(isinstance(td, LazyStackedTensorDict) for td in items):
-        return torch.stack(items, dim)  # lazy stacks of lazy stacks: see _lazy_ops._stack_lazy_stacks
+        return torch.stack(items, dim)  # lazy stacks of lazy stacks: see _ops._stack_lazy_stacks
 
     def layout(td: Any) -> dict:
         return {key: (value.shape if isinstance(value, _Tensor) else (type(value), value.batch_size))
@@ -819,7 +819,7 @@ def maybe_dense_stack(input: Sequence[TensorDict], dim: int = 0, *, out: Any = N
 
 
 def _register_pytree() -> None:
-    from ._lazy_pytree import register
+    from ._pytree import register
 
     register()
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Sequence
 
-from ._errors import locked_error
+from .._errors import locked_error
 
 
 class LazyNamesMixin:

@@ -28,7 +28,7 @@ from typing import Any, List, Optional, Sequence, Tuple
 
 import torch
 
-from ._shape import parse_shape
+from .._shape import parse_shape
 
 _Size = torch.Size
 
@@ -60,7 +60,7 @@ class LazyShapeMixin:
     # ------------------------------------------------------------------ helpers
     def _probe(self) -> Any:
         """A leafless dense TensorDict of this batch size: the dense ops check arguments on it."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         return TensorDict({}, batch_size=self.batch_size)
 
@@ -238,7 +238,7 @@ class LazyShapeMixin:
     def expand(self, *shape: Any) -> Any:
         """Broadcast to a larger batch: each member expanded (a size-1 stack dim repeats its member), then
         stacked densely when the members hold the same keys and shapes, else lazily."""
-        from .lazy import maybe_dense_stack
+        from ..lazy import maybe_dense_stack
 
         new = self._probe().expand(*shape).batch_size
         n_new, n_old = len(new), len(self.batch_size)
@@ -256,7 +256,7 @@ class LazyShapeMixin:
 
     def expand_as(self, other: Any) -> Any:
         """``expand(other.shape)``; a TensorDict ``other`` expands each leaf as its leaf."""
-        from ._base import TensorCollection
+        from .._base import TensorCollection
 
         if isinstance(other, TensorCollection):
             return self.apply(lambda x, y: x.expand_as(y), other, batch_size=other.batch_size)
@@ -315,7 +315,7 @@ class LazyShapeMixin:
     def _no_member(self, dim: int) -> Any:
         """A piece with no member along the stack dim: an empty dense TensorDict of that batch size (a lazy
         stack needs a member; upstream gives a member-less lazy stack)."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         batch = list(self.batch_size)
         batch[dim] = 0

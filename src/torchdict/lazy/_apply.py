@@ -14,7 +14,7 @@ from typing import Any, Callable, List, Optional
 
 import torch
 
-from ._base import TensorCollection
+from .._base import TensorCollection
 
 _NO: Any = object()  # "argument not given" (None is a value for several options)
 
@@ -114,7 +114,7 @@ class LazyApplyMixin:
         TensorDict of that batch."""
         kwargs = {} if device is _NO else {"device": device}
         if batch_size is not None:
-            from .tensordict import TensorDict
+            from ..tensordict import TensorDict
 
             source = self.contiguous() if recurse else TensorDict({}, batch_size=self.batch_size,
                                                                    device=self.device)
@@ -189,6 +189,6 @@ def _given(options: dict) -> dict:
 
 
 def _any_ragged(td: Any) -> bool:
-    from ._lazy_ops import is_ragged
+    from ._ops import is_ragged
 
     return any(is_ragged(td._member_values(key)) for key in td.keys(True, True))

@@ -15,8 +15,8 @@ import json
 import os
 from typing import Any, List, Optional
 
-from ._meta_json import write_meta_atomic
-from ._nofollow import read_in_folder
+from .._meta_json import write_meta_atomic
+from .._nofollow import read_in_folder
 
 _CLASS = "tensordict:LazyStackedTensorDict"
 
@@ -55,7 +55,7 @@ def _archive_requested(prefix: Any, archive: Any) -> bool:
     if archive:
         return True
     if archive is None and prefix is not None:
-        from .saving import is_archive_path
+        from ..saving import is_archive_path
 
         return is_archive_path(prefix)
     return False
@@ -82,8 +82,8 @@ class LazyPersistenceMixin:
 
     def _to_archive(self, prefix: Any, like: bool, copy_existing: bool, kwargs: dict) -> Any:
         """The stack written to the ``.tdz`` archive ``prefix`` and loaded back (a lazy stack, as upstream)."""
-        from .formats.archive import save_archive
-        from .saving import _in_background, check_save_keywords
+        from ..formats.archive import save_archive
+        from ..saving import _in_background, check_save_keywords
 
         check_save_keywords(kwargs.get("robust_key", True), kwargs.get("share_non_tensor", False), archive=True)
         unknown = set(kwargs) - _ARCHIVE_KEYWORDS
@@ -132,7 +132,7 @@ class LazyPersistenceMixin:
         """All the leaves in one tensor of features and its :class:`~torchdict.PackLayout`, as ``TensorDict.pack``:
         the stack packs like its dense form when its members share their keys and feature shapes (members with
         other keys raise ``RuntimeError``, as upstream)."""
-        from .formats.pack import pack
+        from ..formats.pack import pack
 
         return pack(self, dim, layout=layout)
 
@@ -146,7 +146,7 @@ class LazyPersistenceMixin:
     def load_memmap(cls, prefix: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
         """Load a folder written by :meth:`memmap` (by either library): a lazy stack of the members'
         folders; a folder holding a plain TensorDict loads as that TensorDict."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         folder = os.path.abspath(os.fspath(prefix))
         meta = _read_meta(folder)

@@ -68,8 +68,8 @@ class LazyExtrasMixin:
         return self
 
     def _check_not_ragged(self) -> None:
-        from ._lazy_ops import is_ragged
-        from .lazy import _ragged_error
+        from ._ops import is_ragged
+        from ..lazy import _ragged_error
 
         for key in self.keys(True, True):
             values = self._member_values(key)
@@ -127,7 +127,7 @@ class LazyExtrasMixin:
 
     def pad(self, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True) -> Any:
         """:func:`torchdict.pad` of the dense stack (a new TensorDict; ``inplace`` is refused)."""
-        from ._padding import pad
+        from .._padding import pad
 
         if inplace:
             raise NotImplementedError("pad(inplace=True) is not supported on a LazyStackedTensorDict.")
@@ -193,8 +193,8 @@ class LazyExtrasMixin:
         return self._combine_keys(torch.stack, keys, out_key, dim, keep_entries)
 
     def _combine_keys(self, combine: Callable, keys: tuple, out_key: Any, dim: int, keep_entries: bool) -> Any:
-        from ._keys import key_to_tuple
-        from .lazy import _missing_key_error
+        from .._keys import key_to_tuple
+        from ..lazy import _missing_key_error
 
         paths = [key_to_tuple(key) for key in keys]
         if not keep_entries and len(set(paths)) != len(paths):
@@ -236,19 +236,19 @@ class LazyExtrasMixin:
             raise RuntimeError("Because nested tensors can only be stacked along their first dimension, "
                                "LazyStackedTensorDict.get_nestedtensor can only be called when the stack_dim is 0.")
         values = self._member_values(key)
-        from ._lazy_ops import _MISSING
+        from ._ops import _MISSING
 
         if values is _MISSING:
             if default is not _NO:
                 return default
-            from .lazy import _missing_key_error
+            from ..lazy import _missing_key_error
 
             raise _missing_key_error(key, self.keys())
         return torch.nested.nested_tensor(values, layout=layout or torch.strided)
 
     def densify(self, layout: torch.layout = torch.strided) -> Any:
         """The dense stack; ragged leaves (stack dim 0 only) become nested tensors of ``layout``."""
-        from ._lazy_ops import is_ragged
+        from ._ops import is_ragged
 
         ragged = [key for key in self.keys(True, True) if is_ragged(self._member_values(key))]
         exclusive = self._has_exclusive_keys()
@@ -276,7 +276,7 @@ class LazyConstructorsMixin:
                   stack_dim: int = 0, names: Optional[Sequence[str]] = None) -> Any:
         """A lazy stack with one member per dict (a list of dicts, or a dict keyed ``"0"``, ``"1"``, ...),
         each made by ``TensorDict.from_dict``; the dicts may hold different keys and shapes."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         if isinstance(input_dict, dict):
             input_dict = [input_dict[str(position)] for position in range(len(input_dict))]  # KeyError '0'
@@ -302,7 +302,7 @@ class LazyConstructorsMixin:
     @classmethod
     def from_any(cls, obj: Any, **kwargs: Any) -> Any:
         """``from_dict`` for a mapping or a list; ``TensorDict.from_any`` otherwise."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         if isinstance(obj, (dict, list)):
             return cls.from_dict(obj, **kwargs)
@@ -322,7 +322,7 @@ class LazyConstructorsMixin:
     def from_tuple(cls, obj: tuple, *, auto_batch_size: bool = False, batch_dims: Optional[int] = None,
                    device: Any = None, batch_size: Any = None) -> Any:
         """A TensorDict with the keys ``"0"``, ``"1"``, ... holding the tuple's items."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         return TensorDict.from_dict({str(position): value for position, value in enumerate(obj)},
                                     auto_batch_size=auto_batch_size, batch_dims=batch_dims, device=device,
@@ -332,7 +332,7 @@ class LazyConstructorsMixin:
     def from_schema(cls, schema: dict, *, batch_size: Any = None, storage: Optional[str] = None,
                     device: Any = None, **kwargs: Any) -> Any:
         """A zero-filled TensorDict with one entry per ``schema`` key: ``(feature shape, dtype)``."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         if storage is not None:
             raise NotImplementedError("from_schema(storage=...) is not supported.")
@@ -345,7 +345,7 @@ class LazyConstructorsMixin:
     def from_dict_instance(self, input_dict: Any, *, auto_batch_size: Optional[bool] = None, batch_size: Any = None,
                            device: Any = None, batch_dims: Optional[int] = None, names: Any = None) -> Any:
         """``TensorDict.from_dict(input_dict, ...)`` (upstream builds a TensorDict here too)."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         return TensorDict.from_dict(input_dict, auto_batch_size=bool(auto_batch_size), batch_size=batch_size,
                                     device=device, batch_dims=batch_dims, names=names)
@@ -353,7 +353,7 @@ class LazyConstructorsMixin:
 
 def _delegate_to_tensordict(name: str) -> classmethod:
     def method(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         return getattr(TensorDict, name)(*args, **kwargs)
 

@@ -19,10 +19,10 @@ from typing import Any, Callable, List
 
 import torch
 
-from ._base import TensorCollection
-from ._errors import locked_error
-from ._keys import key_to_tuple
-from ._ops import _OPERATORS, BINARY_OPS, UNARY_OPS
+from .._base import TensorCollection
+from .._errors import locked_error
+from .._keys import key_to_tuple
+from .._ops import _OPERATORS, BINARY_OPS, UNARY_OPS
 
 _Tensor = torch.Tensor
 #: What ``_member_values`` returns when a member lacks the key (shared with lazy.py).
@@ -53,7 +53,7 @@ class LazyOpsMixin:
 
     # ------------------------------------------------------------------ building results
     def _stack_of(self, members: List[Any]) -> Any:
-        from .lazy import LazyStackedTensorDict
+        from ..lazy import LazyStackedTensorDict
 
         return LazyStackedTensorDict(*members, stack_dim=self._stack_dim)
 
@@ -162,7 +162,7 @@ class LazyOpsMixin:
             self.set_(keys, value)  # checks every member before writing any
             undo.append(lambda: [td.set_(keys, backup) for td, backup in zip(self._tds, backups)])
             return
-        from .lazy import _undo_record
+        from ..lazy import _undo_record
 
         records = [_undo_record(td, keys) for td in self._tds]
         self.set(keys, value)  # undoes its own partial write if a member refuses
@@ -197,7 +197,7 @@ class LazyOpsMixin:
         if value is _MISSING:
             if default is not _MISSING:
                 return default
-            from .lazy import _missing_key_error
+            from ..lazy import _missing_key_error
 
             raise _missing_key_error(key, self.keys())
         del self[key]
@@ -244,7 +244,7 @@ class LazyOpsMixin:
 
     def _memberwise(self, method: str, args: tuple, kwargs: dict) -> Any:
         """A lazy stack of ``member.<method>(...)``; NotImplemented if a member's dunder gives it."""
-        from .lazy import LazyStackedTensorDict
+        from ..lazy import LazyStackedTensorDict
 
         results = []
         for td, (member_args, member_kwargs) in zip(self._tds, self._member_arguments(args, kwargs)):
@@ -328,7 +328,7 @@ def _restore(members: list, records: list) -> None:
 def _as_tensordict(mapping: Mapping, batch_size: torch.Size) -> Any:
     """A dict operand as a TensorDict of the stack's batch size, or with no batch when its values lack it
     (then every member compares with all of it, as the dense ``td == {...}``)."""
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     try:
         return TensorDict(mapping, batch_size=batch_size)
@@ -353,7 +353,7 @@ def _empty_slice(operand: Any, n_batch: int) -> Any:
 
 
 def _unpickle_lazy_stack(members: list, stack_dim: int, locked: bool) -> Any:
-    from .lazy import LazyStackedTensorDict
+    from ..lazy import LazyStackedTensorDict
 
     td = LazyStackedTensorDict(*members, stack_dim=stack_dim)
     td._is_locked = locked
@@ -363,7 +363,7 @@ def _unpickle_lazy_stack(members: list, stack_dim: int, locked: bool) -> Any:
 def _stack_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
     """``torch.stack`` of lazy stacks with one batch size and stack dim: a lazy stack (the same
     stack dim, shifted if the new dim comes before it) of the dense stacks of their i-th members."""
-    from .lazy import LazyStackedTensorDict
+    from ..lazy import LazyStackedTensorDict
 
     tensors = list(tensors)
     if out is not None:
@@ -389,7 +389,7 @@ def _cat_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
     """``torch.cat`` with lazy stacks among the inputs, as upstream: a lazy stack. Dense inputs are first
     split along the lazy ones' stack dim (which they must share); along the stack dim the members are
     concatenated, along another dim the i-th members are (densely) catted."""
-    from .lazy import LazyStackedTensorDict
+    from ..lazy import LazyStackedTensorDict
 
     tensors = list(tensors)
     if out is not None:
@@ -418,7 +418,7 @@ def _cat_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
 
 
 #: torch functions that call the lazy stack's method of the same name (``torch.abs(td)``, ``torch.add(td, 1)``,
-#: and the reductions of ``_lazy_reductions``: ``torch.sum(td)``, ``torch.mean(td, 0)``).
+#: and the reductions of ``_reductions``: ``torch.sum(td)``, ``torch.mean(td, 0)``).
 _TORCH_POINTWISE = {getattr(torch, name): name
                     for name in (*BINARY_OPS, *UNARY_OPS, "clamp", "clip", "lerp", "sum", "nansum", "mean", "nanmean",
                                  "prod", "std", "var", "amax", "amin", "max", "min", "all", "any")
@@ -481,7 +481,7 @@ MEMBERWISE_IN_PLACE = ("detach_", "zero_", "requires_grad_", "share_memory_", "z
 
 def _install() -> None:
     """Add one member-wise method per member method of the op tables (and the Python operators)."""
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     def put(name: str, method: Callable) -> None:
         if name not in vars(LazyOpsMixin) and hasattr(TensorDict, name):
