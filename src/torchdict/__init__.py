@@ -107,7 +107,7 @@ _LAZY_EXPORTS: dict = {
     "from_dataclass": "_factories", "from_dict": "_factories", "from_module": "_factories",
     "from_modules": "_factories", "from_namedtuple": "_factories", "from_pytree": "_factories",
     "from_tuple": "_factories", "fromkeys": "_factories", "TypedTensorDict": "typedtensordict",
-    "typedtensordict": "typedtensordict", "TensorAttrs": "_tensor_attrs", "NonTensorDataBase": "_nontensor_base",
+    "typedtensordict": "typedtensordict", "TensorAttrs": "_tensor_attrs", "NonTensorDataBase": "nontensor._base",
 }
 
 

@@ -51,7 +51,7 @@ def _rebase(value: Any, old: str, new: str, seen: set) -> None:
         from .nontensor import is_non_tensor
 
         if is_non_tensor(value):  # a shared leaf (share_non_tensor) names its folder too
-            from ._shared_nontensor import rebase_shared
+            from .nontensor._shared import rebase_shared
 
             rebase_shared(value, old, new)
         return

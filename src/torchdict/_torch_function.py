@@ -314,7 +314,7 @@ def _cat_non_tensor(leaves: list, dim: int) -> Any:
 
 
 def _stack_non_tensor(leaves: list, dim: int) -> Any:
-    from ._nontensor_shape import captured_stack
+    from .nontensor._shape import captured_stack
 
     captured = captured_stack(leaves, dim)  # set_capture_non_tensor_stack(True): equal values stay one
     if captured is not None:

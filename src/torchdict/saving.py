@@ -458,7 +458,7 @@ def _write_files(root: _Node, nodes: list, jobs: list, options: _Options, num_th
 def _shared_values(root: _Node, options: _Options) -> dict:
     """Where each non-tensor leaf's shared value lives, by (node, key): its entry in the saved folder, or, for a
     save without a folder, in a private folder holding only the non-tensor entries (see _shared_nontensor)."""
-    from ._shared_nontensor import SharedValue, anonymous_folder
+    from .nontensor._shared import SharedValue, anonymous_folder
 
     holders = _walk(root)
     if root.path is None:
@@ -489,7 +489,7 @@ def _assemble(node: _Node, mapped: dict, inplace: bool, shared: dict | None = No
     children = {key: _assemble(child, mapped, inplace, shared) for key, child in node.children}
     non_tensors = {key: leaf._to_device(_CPU) for key, leaf in node.non_tensors}
     if shared is not None and non_tensors:
-        from ._shared_nontensor import share_leaf
+        from .nontensor._shared import share_leaf
 
         non_tensors = {key: share_leaf(leaf, shared[(id(node), key)]) for key, leaf in non_tensors.items()}
     td = node.td
@@ -604,7 +604,7 @@ def check_save_keywords(robust_key: Any, share_non_tensor: Any, *, archive: bool
     ``robust_key``: keys are always escaped into file names (the legacy raw names could escape the
     folder), so ``False`` writes the same names as ``True``; only its type is checked.
     ``share_non_tensor=True`` shares the non-tensor values through the saved folder's files
-    (:mod:`torchdict._shared_nontensor`), which an archive, one zip file, can't rewrite in place.
+    (:mod:`torchdict.nontensor._shared`), which an archive, one zip file, can't rewrite in place.
     """
     if robust_key is not None and not isinstance(robust_key, bool):
         raise TypeError(f"robust_key must be a bool or None, got {type(robust_key).__name__}.")

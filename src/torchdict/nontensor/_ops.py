@@ -11,9 +11,9 @@ from typing import Any
 
 import torch
 
-from . import nontensor as _core
-from ._base import BoundCall
-from ._nontensor_members import values_over
+from .. import nontensor as _core
+from .._base import BoundCall
+from ._members import values_over
 
 __all__ = ["NonTensorOpsMixin", "ARITHMETIC_MEMBERS"]
 
@@ -31,7 +31,7 @@ def _bool_result(value: Any, batch_size: torch.Size, device: Any) -> torch.Tenso
 def _empty_result(batch_size: torch.Size) -> Any:
     """What upstream answers when a non-tensor leaf meets a number, a tensor or a collection: the
     comparison of two TensorDicts without entries (an empty TensorDict of the batch)."""
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     return TensorDict({}, batch_size=batch_size)
 
@@ -54,7 +54,7 @@ def _elementwise(left: Any, right: Any, op: Any) -> torch.Tensor:
 
 
 def _is_collection_like(other: Any) -> bool:
-    from ._base import TensorCollection
+    from .._base import TensorCollection
 
     return isinstance(other, (TensorCollection, torch.Tensor, int, float, complex)) or (
         type(other).__module__ == "numpy" and hasattr(other, "shape"))
@@ -128,7 +128,7 @@ class NonTensorOpsMixin:
         """The value of this leaf where ``condition`` is True, of ``other`` (a non-tensor leaf) elsewhere,
         element by element (as upstream): a ``NonTensorData`` result when a ``NonTensorData`` gives one
         value everywhere, else a ``NonTensorStack``. Any other ``other`` leaves the values as they are."""
-        from ._indexing import same_value
+        from .._indexing import same_value
 
         if not _core.is_non_tensor(other) or (
                 type(other) is _core.NonTensorData and type(self) is _core.NonTensorData

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
 
 import torch
 
-from . import nontensor as _core
-from ._errors import locked_error
-from ._names import check_names, expand_ellipsis
+from .. import nontensor as _core
+from .._errors import locked_error
+from .._names import check_names, expand_ellipsis
 
 if TYPE_CHECKING:
-    from .nontensor import NonTensorData, NonTensorStack
+    from ..nontensor import NonTensorData, NonTensorStack
 
 __all__ = ["NonTensorMembersMixin", "values_over"]
 
@@ -230,7 +230,7 @@ class NonTensorMembersMixin:
     def select(self, *keys: Any, inplace: bool = False, strict: bool = True, **kwargs: Any) -> Any:
         """No key to select: a copy (as upstream); a key raises ``KeyError`` (unless ``strict=False``)."""
         if keys and strict:
-            from ._errors import missing_key_error
+            from .._errors import missing_key_error
 
             raise missing_key_error(keys[0], [])
         return self if inplace else self._shallow()
@@ -281,7 +281,7 @@ class NonTensorMembersMixin:
 
     def to(self, *args: Any, **kwargs: Any) -> Any:
         """A copy on another device (the value itself is not moved); a dtype changes nothing."""
-        from ._moves import _parse_to
+        from .._moves import _parse_to
 
         device, _, _, batch_size = _parse_to(args, dict(kwargs))
         result = self._shallow() if device is None else self._to_device(device)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import abc
 
-from .nontensor import NonTensorData
+from ..nontensor import NonTensorData
 
 __all__ = ["NonTensorDataBase"]
 

@@ -17,10 +17,10 @@ a list repeating it.
 Both classes are plain leaves, not :class:`~torchdict.TensorCollection` subclasses:
 every TensorDict recursion takes a collection for a nested TensorDict, and these
 hold no entries. Their TensorDict-like public API (upstream's, where it applies to
-non-tensor data) comes from the mixins of ``_nontensor_shape`` (batch-shape ops,
-indexing, ``torch.stack`` / ``torch.cat``), ``_nontensor_members`` (metadata, moves,
-locking, keys, updates), ``_nontensor_ops`` (comparisons, ``where``, the refused
-arithmetic) and ``_nontensor_io`` (memmap / load).
+non-tensor data) comes from the mixins of ``_shape`` (batch-shape ops,
+indexing, ``torch.stack`` / ``torch.cat``), ``_members`` (metadata, moves,
+locking, keys, updates), ``_ops`` (comparisons, ``where``, the refused
+arithmetic) and ``_io`` (memmap / load).
 See ``docs/non_tensor.md``.
 """
 from __future__ import annotations
@@ -31,11 +31,11 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
-from ._nontensor_io import NonTensorPersistenceMixin
-from ._names import check_names
-from ._nontensor_members import NonTensorMembersMixin
-from ._nontensor_ops import NonTensorOpsMixin
-from ._nontensor_shape import NonTensorShapeMixin
+from ._io import NonTensorPersistenceMixin
+from .._names import check_names
+from ._members import NonTensorMembersMixin
+from ._ops import NonTensorOpsMixin
+from ._shape import NonTensorShapeMixin
 
 __all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
 
@@ -232,7 +232,7 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
             self._set_flat(values[0], values[1], values[2] if len(values) > 2 else device,
                            values[3] if len(values) > 3 else None)
             return
-        from ._nontensor_shape import stack_values
+        from ._shape import stack_values
 
         result = stack_values(values, stack_dim, _as_device(device))
         if type(result) is NonTensorStack:
@@ -394,7 +394,7 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
 
     def _unique_value(self) -> Any:
         """Upstream's ``stack.data``: the value every element holds, else AttributeError."""
-        from ._indexing import same_value
+        from .._indexing import same_value
 
         values = self._values
         if values and all(same_value(value, values[0]) for value in values[1:]):

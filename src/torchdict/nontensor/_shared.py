@@ -37,8 +37,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import nontensor as _core
-from ._nontensor_io import shared_handle
+from .. import nontensor as _core
+from ._io import shared_handle
 
 __all__ = [
     "SharedValue",
@@ -92,7 +92,7 @@ def _read_fd(fd: int) -> bytes:
 
 def _current(path: str, parse: Callable[[bytes], Any]) -> Any:
     """``parse`` of the file at ``path`` now; parsed again only when the file was replaced since the last call."""
-    from ._nofollow import open_in_folder
+    from .._nofollow import open_in_folder
 
     pinned = _PINNED.get(path)
     if pinned is not None:
@@ -193,12 +193,12 @@ class SharedValue:
                                "the save that shared it was not given allow_pickle=True.")
         import pickle
 
-        from ._meta_json import entry_path
+        from .._meta_json import entry_path
 
         return _current(entry_path(self.folder, name), pickle.loads)
 
     def _parse_meta(self, text: bytes) -> dict:
-        from ._meta_json import parse_meta
+        from .._meta_json import parse_meta
 
         return parse_meta(self.folder, text)
 
@@ -212,7 +212,7 @@ class SharedValue:
             return self._unpickle(entry["pickle"])
         if "value" in entry:
             return entry["value"]
-        from ._meta_json import corrupt_meta
+        from .._meta_json import corrupt_meta
 
         raise corrupt_meta(self.folder, f"entry {self.key!r} has no value")
 
@@ -228,7 +228,7 @@ class SharedValue:
     def prepare(self, value: Any) -> tuple:
         """``value`` as it will be written: ``("json", value)`` or ``("pickle", bytes)``; a value JSON can't hold
         without ``allow_pickle`` raises ``TypeError`` (nothing written)."""
-        from .saving import _is_plain_json
+        from ..saving import _is_plain_json
 
         if _is_plain_json(value):
             return ("json", value)
@@ -258,7 +258,7 @@ class SharedValue:
             self._store(self.prepare(new), new)
 
     def _fresh_meta(self) -> dict:
-        from ._meta_json import read_meta
+        from .._meta_json import read_meta
 
         return read_meta(self.folder)
 
@@ -272,8 +272,8 @@ class SharedValue:
         if self.key is None:
             self._store_lone(value)
             return
-        from ._filenames import key_to_filename
-        from ._meta_json import entry_path, write_file_atomic, write_meta_atomic
+        from .._filenames import key_to_filename
+        from .._meta_json import entry_path, write_file_atomic, write_meta_atomic
 
         meta = self._fresh_meta()
         entry = _entry_of(meta, self.folder, self.key)
@@ -295,7 +295,7 @@ class SharedValue:
                 pass
 
     def _store_lone(self, value: Any) -> None:
-        from ._nontensor_io import _save
+        from ._io import _save
 
         if self.stack_shape is None:
             leaf = _core.NonTensorData._make(value, torch.Size(()), None)
@@ -442,8 +442,8 @@ def rebase_shared(leaf: Any, old: str, new: str) -> None:
 # ---------------------------------------------------------------------- writes into shared leaves
 def _whole_value(existing: Any, value: Any) -> Any:
     """What writing the non-tensor leaf ``value`` over the whole shared leaf ``existing`` stores."""
-    from ._indexing import same_value
-    from ._nontensor_members import values_over
+    from .._indexing import same_value
+    from ._members import values_over
 
     if type(existing) is _core.NonTensorData:
         if type(value) is _core.NonTensorData:
@@ -489,7 +489,7 @@ def check_write_at(existing: Any, value: Any) -> None:
     """``td[index] = ...`` into a shared NonTensorData: only its own value can be written (as upstream)."""
     if type(existing) is not _core.NonTensorData or shared_handle(existing) is None:
         return
-    from ._indexing import same_value
+    from .._indexing import same_value
 
     current = existing.data
     values = [value.data] if type(value) is _core.NonTensorData else value._flat_values()

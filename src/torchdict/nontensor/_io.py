@@ -15,7 +15,7 @@ its list (lists of equal length nest, as upstream reads them). Pickles are writt
 ``allow_pickle=True`` (torchdict's rule for every save: unpickling can run code). Files are written
 through a temporary name and ``os.replace``, never through a symlink (``_nofollow``).
 
-``share_non_tensor=True`` makes the result a shared leaf (:mod:`torchdict._shared_nontensor`): its value is the
+``share_non_tensor=True`` makes the result a shared leaf (:mod:`torchdict.nontensor._shared`): its value is the
 one the folder holds, read again when read and written there when written, by any process holding it. A path
 ending in ``.tdz`` (or ``archive=True``) writes a ``.tdz`` archive instead (:mod:`torchdict.formats.archive`).
 """
@@ -27,8 +27,8 @@ from typing import Any, Optional
 
 import torch
 
-from . import nontensor as _core
-from ._meta_json import write_file_atomic
+from .. import nontensor as _core
+from .._meta_json import write_file_atomic
 
 __all__ = ["NonTensorPersistenceMixin", "shared_handle"]
 
@@ -49,7 +49,7 @@ def _files_of(leaf: Any, allow_pickle: bool) -> tuple:
     """``(meta, pickle_name, pickle_bytes)`` describing ``leaf`` in upstream's layout (checked before writing)."""
     import pickle
 
-    from .saving import _is_plain_json
+    from ..saving import _is_plain_json
 
     if type(leaf) is _core.NonTensorData:
         meta: dict = {"_type": _DATA_TYPE, "data": leaf._data, "_metadata": None, "_is_non_tensor": True}
@@ -108,18 +108,18 @@ def _from_saved_list(data: list, device: Optional[torch.device]) -> Any:
 
 
 def _load(prefix: Any, device: Any, non_blocking: bool, allow_pickle: bool, kwargs: dict) -> Any:
-    from ._meta_json import read_meta
-    from ._nofollow import read_in_folder
+    from .._meta_json import read_meta
+    from .._nofollow import read_in_folder
 
     folder = os.path.abspath(os.fspath(prefix))
     if os.path.isfile(folder):  # a .tdz archive: the general loader reads archives (and lone leaves in them)
-        from ._loading import load_memmap
+        from .._loading import load_memmap
 
         return load_memmap(folder, device, non_blocking, allow_pickle=allow_pickle, **kwargs)
     meta = read_meta(folder)
     kind = meta.get("_class") if meta.get("_class") == "tensordict:NonTensorStack" else meta.get("_type")
     if kind not in (_DATA_TYPE, _STACK_TYPE, "tensordict:NonTensorStack"):
-        from ._loading import load_memmap
+        from .._loading import load_memmap
 
         return load_memmap(folder, device, non_blocking, allow_pickle=allow_pickle, **kwargs)
     import pickle
@@ -150,7 +150,7 @@ def _load(prefix: Any, device: Any, non_blocking: bool, allow_pickle: bool, kwar
 class NonTensorPersistenceMixin:
     """``memmap`` / ``memmap_`` / ``memmap_like`` / ``save`` / ``load_memmap`` / ``load`` of a lone leaf."""
 
-    # Where a shared leaf's value lives (see torchdict._shared_nontensor); left empty on every other leaf.
+    # Where a shared leaf's value lives (see torchdict.nontensor._shared); left empty on every other leaf.
     __slots__ = ("_shared",)
 
     def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0,
@@ -160,7 +160,7 @@ class NonTensorPersistenceMixin:
         """A locked copy saved to folder ``prefix`` (upstream's layout); nothing is written when None.
 
         Values JSON can't hold need ``allow_pickle=True``. ``share_non_tensor=True`` shares the value between
-        the processes holding the result (see ``torchdict._shared_nontensor``). A ``prefix`` ending in ``.tdz``
+        the processes holding the result (see ``torchdict.nontensor._shared``). A ``prefix`` ending in ``.tdz``
         (or ``archive=True``) writes an archive and returns the leaf loaded from it, as upstream. Upstream's
         other keyword arguments (``robust_key``, ...) are accepted and change nothing here.
         """
@@ -170,7 +170,7 @@ class NonTensorPersistenceMixin:
         _check_plain_save(compression)
         if share_non_tensor:
             path, handle = _save_shared(self, prefix, existsok, allow_pickle)
-            from ._shared_nontensor import share_leaf
+            from ._shared import share_leaf
 
             result = share_leaf(self, handle)
         else:
@@ -191,7 +191,7 @@ class NonTensorPersistenceMixin:
             raise TypeError("memmap_() got an unexpected keyword argument 'archive'")
         if share_non_tensor:
             path, handle = _save_shared(self, prefix, existsok, allow_pickle)
-            from ._shared_nontensor import make_shared_in_place
+            from ._shared import make_shared_in_place
 
             make_shared_in_place(self, handle)
         else:
@@ -214,10 +214,10 @@ class NonTensorPersistenceMixin:
     def _save_archive(self, prefix: Any, like: bool, existsok: bool, allow_pickle: bool, compression: Any,
                       share_non_tensor: bool, return_early: bool) -> Any:
         """The leaf written to the ``.tdz`` archive ``prefix``, returned loaded from it (unlocked, as upstream)."""
-        from .saving import _in_background, check_save_keywords
+        from ..saving import _in_background, check_save_keywords
 
         check_save_keywords(None, share_non_tensor, archive=True)
-        from .formats.archive import save_archive
+        from ..formats.archive import save_archive
 
         def write() -> Any:
             return save_archive(self, prefix, like=like, compression=compression, existsok=existsok,
@@ -257,14 +257,14 @@ class NonTensorPersistenceMixin:
         """``set_`` / ``update_`` of the entry with the non-tensor leaf ``value``."""
         if shared_handle(self) is None:
             return False
-        from ._shared_nontensor import write_whole
+        from ._shared import write_whole
 
         return write_whole(self, value)
 
     def _check_shared_leaf(self, value: Any) -> None:
         """Raise now what ``_write_shared_leaf(value)`` would (a write planned among others)."""
         if shared_handle(self) is not None:
-            from ._shared_nontensor import check_whole
+            from ._shared import check_whole
 
             check_whole(self, value)
 
@@ -272,13 +272,13 @@ class NonTensorPersistenceMixin:
         """``td[index] = ...``: ``value`` written at ``index`` of the entry."""
         if shared_handle(self) is None:
             return False
-        from ._shared_nontensor import write_at
+        from ._shared import write_at
 
         return write_at(self, value, index)
 
     def _check_shared_at(self, value: Any) -> None:
         if shared_handle(self) is not None:
-            from ._shared_nontensor import check_write_at
+            from ._shared import check_write_at
 
             check_write_at(self, value)
 
@@ -290,7 +290,7 @@ class NonTensorPersistenceMixin:
         and return True; False (nothing done) for an ordinary leaf."""
         if shared_handle(self) is None:
             return False
-        from ._shared_nontensor import write_values
+        from ._shared import write_values
 
         return write_values(self, value)
 
@@ -320,7 +320,7 @@ def _archive_requested(prefix: Any, archive: Any) -> bool:
     if archive:
         return True
     if archive is None and prefix is not None:
-        from .saving import is_archive_path
+        from ..saving import is_archive_path
 
         return is_archive_path(prefix)
     return False
@@ -328,7 +328,7 @@ def _archive_requested(prefix: Any, archive: Any) -> bool:
 
 def _save_shared(leaf: Any, prefix: Any, existsok: bool, allow_pickle: bool) -> tuple:
     """Save ``leaf`` for ``share_non_tensor=True`` (a private folder when ``prefix`` is None): ``(path, handle)``."""
-    from ._shared_nontensor import SharedValue, anonymous_folder
+    from ._shared import SharedValue, anonymous_folder
 
     folder = _save(leaf, prefix if prefix is not None else anonymous_folder(), existsok, allow_pickle)
     shape = None if type(leaf) is _core.NonTensorData else tuple(leaf._batch_size)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from . import nontensor as _core
+from .. import nontensor as _core
 
 __all__ = ["NonTensorShapeMixin", "stack", "cat", "stack_values"]
 
@@ -28,7 +28,7 @@ _KEY = "leaf"
 
 def _wrap(leaf: Any) -> Any:
     """A TensorDict whose one entry is ``leaf`` (same batch size, device and names)."""
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     return TensorDict._new_unsafe({_KEY: leaf}, leaf._batch_size, leaf._device, leaf._names)
 
@@ -157,8 +157,8 @@ def stack(leaves: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
 def captured_stack(leaves: Sequence[Any], dim: int) -> Any:
     """With ``set_capture_non_tensor_stack(True)``, the stack of ``NonTensorData`` leaves that hold equal
     values, as one ``NonTensorData`` (upstream's capture); otherwise None."""
-    from . import _options
-    from ._indexing import same_value
+    from .. import _options
+    from .._indexing import same_value
 
     if not _options.CAPTURE_NON_TENSOR_STACK:
         return None
@@ -173,7 +173,7 @@ def captured_stack(leaves: Sequence[Any], dim: int) -> Any:
 def cat(leaves: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     """``torch.cat`` of non-tensor leaves: one shared value stays a ``NonTensorData``; otherwise the
     stack of every input's slices along ``dim`` (so each slice of a ``NonTensorData`` reads back as it)."""
-    from ._indexing import same_value
+    from .._indexing import same_value
 
     leaves = list(leaves)
     if not leaves:
@@ -211,7 +211,7 @@ def cat(leaves: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
 
 def stack_values(values: Sequence[Any], stack_dim: int, device: Optional[torch.device]) -> Any:
     """``NonTensorStack(*values, stack_dim=...)``: values that aren't non-tensor leaves are wrapped."""
-    from ._base import TensorCollection
+    from .._base import TensorCollection
 
     members = []
     for value in values:
@@ -422,7 +422,7 @@ class NonTensorShapeMixin:
         element); a ``NonTensorData`` accepts only its own value (upstream: call ``maybe_to_stack()``)."""
         if _is_key(index):
             raise _refuse_key(self, index, "write")
-        from ._indexing import same_value
+        from .._indexing import same_value
 
         if type(self) is _core.NonTensorData:
             # Only the same value is accepted: a non-tensor leaf or a number holding it (as upstream,
@@ -443,8 +443,8 @@ class NonTensorShapeMixin:
         self._write_values(index, self._index_grid()[index], value)
 
     def _write_values(self, index: Any, grid: torch.Tensor, value: Any) -> None:
-        from ._indexing import same_value
-        from ._nontensor_members import values_over
+        from .._indexing import same_value
+        from ._members import values_over
 
         if not _core.is_non_tensor(value):
             value = _core.NonTensorStack(*value) if isinstance(value, list) else \
