@@ -19,6 +19,7 @@ __all__ = ["H5Backend", "H5_STR_ATTR"]
 
 # Marks the string datasets tensordict wrote, so they read back as str (others read as bytes, as h5py gives).
 H5_STR_ATTR = "__tensordict_str__"
+_STACK_ATTR_NAME = STACK_ATTR.encode("utf-8")
 
 _MODES = ("r", "r+", "w", "w-", "x", "a")
 
@@ -94,20 +95,61 @@ class H5Backend:
     def members(self, group: Any) -> list:
         return list(group.keys())
 
-    def child(self, group: Any, name: str) -> Any:
-        # get() never raises for a missing name, and reads nothing but the link
-        return group.get(name)
+    def child(self, group: Any, name: str, known: Optional[dict] = None) -> Any:
+        """The node ``name`` of ``group``, or None (reads nothing but the link and the object header).
+
+        ``known`` is the caller's memo of the nodes it opened before, ``{name: (address, node)}``: a node is
+        reused while the link still points at the same object (one link lookup, no new h5py object; h5py
+        keeps a read-only dataset's reader and shape on the object). A node held open keeps its address, so
+        an entry replaced since (even through another handle) has another address and is opened afresh.
+        Soft and external links are followed afresh each time.
+        """
+        encoded = name.encode("utf-8")
+        if known is not None:
+            try:
+                link = group.id.links.get_info(encoded)
+            except (KeyError, RuntimeError):  # no such link (or one h5o.open reports better)
+                known.pop(name, None)
+                return self._open_child(group, encoded)
+            if link.type == self.h5py.h5l.TYPE_HARD:
+                memo = known.get(name)
+                if memo is not None and memo[0] == link.u and memo[1].id.valid:
+                    return memo[1]
+                node = self._open_child(group, encoded)
+                if node is not None:
+                    known[name] = (link.u, node)
+                return node
+        return self._open_child(group, encoded)
+
+    def _open_child(self, group: Any, encoded: bytes) -> Any:
+        # What ``group.get(name)`` returns, built from h5py's low-level calls: ``get`` asks the file for its
+        # mode on every call (a new ``File`` object each time), which costs more than opening the node.
+        h5py = self.h5py
+        try:
+            oid = h5py.h5o.open(group.id, encoded)
+        except KeyError:
+            return None
+        object_type = h5py.h5i.get_type(oid)
+        if object_type == h5py.h5i.DATASET:
+            return h5py.Dataset(oid, readonly=self.is_read_only(group))
+        if object_type == h5py.h5i.GROUP:
+            return h5py.Group(oid)
+        return h5py.Datatype(oid)
 
     def contains(self, group: Any, name: str) -> bool:
         return name in group
 
     def kind(self, node: Any) -> str:
-        if isinstance(node, self.h5py.Group):
+        h5py = self.h5py
+        if isinstance(node, h5py.Group):
             return GROUP
-        if STACK_ATTR in node.attrs:
+        if h5py.h5a.exists(node.id, _STACK_ATTR_NAME):  # ``in node.attrs``, without its AttributeManager
             return STACK
         dtype = node.dtype
-        h5py = self.h5py
+        if dtype.metadata is None:
+            # h5py tags its string, vlen, enum, opaque and reference dtypes with metadata: a plain dtype is a
+            # tensor's exactly when torch has it (fixed-length strings and compounds have none)
+            return TENSOR if torch_dtype_of(dtype) is not None else DATA
         if (h5py.check_string_dtype(dtype) or h5py.check_vlen_dtype(dtype) or h5py.check_enum_dtype(dtype)
                 or h5py.check_opaque_dtype(dtype) or torch_dtype_of(dtype) is None):
             return DATA

@@ -149,7 +149,8 @@ class ZarrBackend:
     def members(self, group: Any) -> list:
         return list(group.keys())
 
-    def child(self, group: Any, name: str) -> Any:
+    def child(self, group: Any, name: str, known: Optional[dict] = None) -> Any:
+        # ``known`` (the HDF5 backend's memo of open nodes) is not used: a zarr node is a cheap handle
         return group.get(name)
 
     def contains(self, group: Any, name: str) -> bool:

@@ -5,7 +5,7 @@ Column types, both ways:
 ==========================================  ==========================================================
 Arrow                                       TensorDict entry
 ==========================================  ==========================================================
-integer / floating point                    tensor viewing the Arrow buffer (DLPack)
+integer / floating point                    tensor viewing the Arrow buffer (frombuffer, or DLPack)
 boolean                                     bool tensor (a copy: Arrow packs booleans as bits)
 ``fixed_size_list`` / fixed_shape_tensor    tensor with trailing dims
 ``list`` / ``large_list`` of numbers        jagged nested tensor (``layout=torch.jagged``)
@@ -18,11 +18,13 @@ file): torch has no read-only tensors, and writing into such a view would crash 
 """
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, Optional
 
 import torch
 
+from ..tensordict import TensorDict
 from ._require import require
 
 __all__ = ["from_arrow", "to_arrow"]
@@ -31,6 +33,8 @@ NULL_MODES = ("raise", "fill", "mask")
 DEFAULT_MASK_KEY = "_mask"
 # masked_fill has no kernels for these: fill a signed view of the same width (0 has the same bits).
 _SIGNED_TWIN = {torch.uint16: torch.int16, torch.uint32: torch.int32, torch.uint64: torch.int64}
+_CHECKED_PYARROW: list = []  # the pyarrow module whose version import_pyarrow checked
+_NUMBER_TYPES: dict = {}  # Arrow type id -> torch dtype, see _number_types
 # The dtypes ``Tensor.numpy()`` converts (to_arrow goes through numpy).
 _NUMPY_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint16,
                            torch.uint32, torch.uint64, torch.float16, torch.float32, torch.float64, torch.complex64,
@@ -39,12 +43,28 @@ _NUMPY_DTYPES = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, tor
 
 def import_pyarrow(what: str) -> Any:
     """pyarrow (15 or later: older releases lack types used here and give tensors DLPack refuses)."""
+    if _CHECKED_PYARROW and sys.modules.get("pyarrow") is _CHECKED_PYARROW[0]:
+        return _CHECKED_PYARROW[0]  # checked before (a module set to None in sys.modules is not it)
     pa = require("pyarrow", "arrow", what)
     major = int(pa.__version__.split(".")[0])
     if major < 15:
         raise ImportError(f"{what} needs pyarrow 15 or later, got pyarrow=={pa.__version__}: "
                           "pip install 'pyarrow>=15'")
+    _number_types(pa)
+    _CHECKED_PYARROW[:] = [pa]
     return pa
+
+
+def _number_types(pa: Any) -> dict:
+    """Arrow type id -> torch dtype for the types whose values are a tensor's as they are: integers and floats
+    (booleans are bits in Arrow). Filled on first use."""
+    if not _NUMBER_TYPES:
+        _NUMBER_TYPES.update({
+            pa.int8().id: torch.int8, pa.int16().id: torch.int16, pa.int32().id: torch.int32,
+            pa.int64().id: torch.int64, pa.uint8().id: torch.uint8, pa.uint16().id: torch.uint16,
+            pa.uint32().id: torch.uint32, pa.uint64().id: torch.uint64, pa.float16().id: torch.float16,
+            pa.float32().id: torch.float32, pa.float64().id: torch.float64})
+    return _NUMBER_TYPES
 
 
 # ---------------------------------------------------------------------------- Arrow -> TensorDict
@@ -76,13 +96,26 @@ def from_arrow(table: Any, *, copy: Optional[bool] = None, nulls: str = "raise",
     if nulls == "mask" and mask_path[0] in table.column_names:
         raise ValueError(f"nulls='mask' writes the masks under the key {mask_path[0]!r}, which is a column of the "
                          "table.")
-    from ..tensordict import TensorDict
-
     reader = _ColumnReader(pa, copy, nulls)
     entries = {}
-    for name, column in zip(table.column_names, table.columns):
-        if isinstance(column, pa.ChunkedArray):
+    all_views = True  # every entry a 1-D tensor of num_rows made below: the result needs no checks
+    chunked_array = pa.ChunkedArray
+    source = table
+    if isinstance(table, pa.Table):
+        batches = table.to_batches()
+        if len(batches) == 1:
+            source = batches[0]  # its columns are arrays: no ChunkedArray to unwrap each time
+    # schema.names and column(i): the column_names and columns properties cost twice as much
+    for index, name in enumerate(source.schema.names):
+        column = source.column(index)
+        if isinstance(column, chunked_array):
             column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+        if copy is not True:
+            view = number_view(column)  # what entry() gives such a column, the cheap way
+            if view is not None:
+                entries[name] = view
+                continue
+        all_views = False
         entries[name] = reader.entry(column, (name,))
         if nulls == "raise" and not reader.nulls_left_as_none and _may_hide_nulls(pa.types, column.type):
             reader.nulls_left_as_none = reader.has_unchecked_nulls(column, inside=False)
@@ -93,12 +126,36 @@ def from_arrow(table: Any, *, copy: Optional[bool] = None, nulls: str = "raise",
                       "raising a ValueError for these nulls, as for nulls inside lists. Pass nulls='fill' to keep "
                       "this result without the warning. nulls='mask' gives the same result: its masks only mark "
                       "null rows.", FutureWarning, stacklevel=2)
-    result = TensorDict(entries, batch_size=[table.num_rows])
+    if all_views:
+        result = TensorDict._new_unsafe(entries, torch.Size([table.num_rows]))
+    else:
+        result = TensorDict(entries, batch_size=[table.num_rows])
     for key, mask in reader.masks.items():
         result.set(mask_path + key, mask)
     if device is not None:
         result = result.to(device)
     return result
+
+
+def number_view(array: Any) -> Optional[torch.Tensor]:
+    """A 1-D tensor viewing a non-empty integer or float Arrow array without nulls whose buffer is mutable,
+    else None (``import_pyarrow`` or ``_number_types`` called first).
+
+    What ``from_arrow`` gives such a column (a mutable buffer is viewed unless ``copy=True``), made with
+    ``torch.frombuffer``, which costs less than DLPack: the tensor holds the buffer, which holds the memory.
+    frombuffer needs a writable buffer (it warns for another): immutable ones are left to the general path.
+    """
+    dtype = _NUMBER_TYPES.get(array.type.id)
+    if dtype is None or array.null_count:
+        return None
+    buffer = array.buffers()[1]
+    rows = len(array)
+    if not rows or buffer is None or not buffer.is_mutable:
+        return None
+    offset = array.offset
+    if offset or buffer.size != rows * dtype.itemsize:
+        return torch.frombuffer(buffer, dtype=dtype, count=rows, offset=offset * dtype.itemsize)
+    return torch.frombuffer(buffer, dtype=dtype)  # the whole buffer: fewer arguments to parse
 
 
 def _mask_path(mask_key: Any, nulls: str) -> tuple:
@@ -138,8 +195,6 @@ class _ColumnReader:
         """One column (or one field of a struct column) as a TensorDict entry."""
         kind = array.type
         if self.types.is_struct(kind):
-            from ..tensordict import TensorDict
-
             # flatten() applies the struct's offset and hands its null rows down to the fields.
             fields = {field.name: self.entry(child, key + (field.name,)) for field, child in zip(kind, array.flatten())}
             return TensorDict(fields, batch_size=[len(array)])
@@ -203,9 +258,12 @@ class _ColumnReader:
         if self.types.is_boolean(array.type):
             return torch.from_numpy(array.to_numpy(zero_copy_only=False))  # bits -> bytes: a copy anyway
         tensor = torch.from_dlpack(array)  # honours the array's offset; needs no writable buffer
-        buffer = array.buffers()[1]
-        if self.copy or (self.copy is None and buffer is not None and not buffer.is_mutable):
-            tensor = tensor.clone()
+        if self.copy:
+            return tensor.clone()
+        if self.copy is None:
+            buffer = array.buffers()[1]
+            if buffer is not None and not buffer.is_mutable:
+                return tensor.clone()
         return tensor
 
     def jagged(self, array: Any, key: tuple) -> torch.Tensor:
@@ -307,12 +365,29 @@ def to_arrow(td: Any) -> Any:
     if td.batch_dims != 1:
         raise ValueError(f"to_arrow needs a tensordict with one batch dimension, got the batch size {td.batch_size}. "
                          "Call td.reshape(-1) first to flatten it.")
-    return pa.table({key: _arrow_array(pa, value, key) for key, value in td.items()})
+    names, arrays = [], []
+    for key, value in td.items():
+        names.append(key)
+        array = None
+        if type(value) is torch.Tensor and value.ndim == 1 and value.is_contiguous():
+            # The common column, a view of a CPU tensor, as _arrow_array would make it: ``numpy()`` itself
+            # refuses every tensor _arrow_array treats otherwise (grad, device, dtype, nested, conj / neg bit).
+            try:
+                array = value.numpy()
+            except (RuntimeError, TypeError):
+                pass
+        arrays.append(pa.array(array) if array is not None else _arrow_array(pa, value, key))
+    return pa.Table.from_arrays(arrays, names=names)  # pa.table(dict) costs more, for the same table
 
 
 def _arrow_array(pa: Any, value: Any, key: Any) -> Any:
     if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu().contiguous()
+        tensor = value
+        if tensor.requires_grad:  # each call costs as much as the conversion: only when needed
+            tensor = tensor.detach()
+        if not tensor.is_cpu:
+            tensor = tensor.cpu()
+        tensor = tensor.contiguous()
         if tensor.is_nested:
             return _jagged_array(pa, tensor, key)
         if tensor.dtype not in _NUMPY_DTYPES:

@@ -137,6 +137,7 @@ class PersistentTensorDict(TensorDictBase):
         self._names: Optional[list] = None
         self._locked = False
         self._children: dict = {}
+        self._nodes: dict = {}  # the nodes opened so far, see the backend's child()
         self._non_tensor_as_stack = non_tensor_as_stack
         self._options = kwargs
         self._exit_actions: list = []
@@ -159,6 +160,7 @@ class PersistentTensorDict(TensorDictBase):
         self._names = None
         self._locked = False
         self._children = {}
+        self._nodes = {}  # the nodes opened so far, see the backend's child()
         self._non_tensor_as_stack = non_tensor_as_stack
         self._options = options
         self._exit_actions = []
@@ -174,6 +176,12 @@ class PersistentTensorDict(TensorDictBase):
     def close(self) -> None:
         """Close the file. Reads then raise a KeyError and writes an error, as upstream."""
         self._storage.close(self._group)
+        self._forget_nodes()
+
+    def _forget_nodes(self) -> None:
+        self._nodes.clear()
+        for child in self._children.values():
+            child._forget_nodes()
 
     def __enter__(self) -> "PersistentTensorDict":
         pending = self._pending_exit
@@ -200,13 +208,17 @@ class PersistentTensorDict(TensorDictBase):
         self._check_open(key)
         if "/" in key or key in ("", ".", ".."):
             return None  # a path, not an entry name: never one of this level's entries
-        return self._storage.child(self._group, key)
+        return self._storage.child(self._group, key, self._nodes)
 
     def _kind(self, node: Any) -> str:
         return self._storage.kind(node)
 
-    def _child(self, key: str, node: Any) -> "PersistentTensorDict":
-        """The nested tensordict over the group ``node`` (made once, then kept with its batch size)."""
+    def _child(self, key: str, node: Any, check: bool = True) -> "PersistentTensorDict":
+        """The nested tensordict over the group ``node`` (made once, then kept with its batch size).
+
+        ``check=False`` skips reading the shapes of the group's datasets to check the batch size: for a
+        group just created (empty), or just written from a collection with that batch size.
+        """
         child = self._children.get(key)
         if child is not None:
             return child  # every replacement or deletion through this tensordict drops it first
@@ -217,7 +229,7 @@ class PersistentTensorDict(TensorDictBase):
             self._batch_size else self._batch_size
         child = PersistentTensorDict._over(storage, node, batch, self._device, self._non_tensor_as_stack,
                                            self._options)
-        if stored is None:
+        if stored is None and check:
             child._check_batch_size(batch)
         names = metadata.get("names") if metadata else None
         if names and len(names) == len(batch):
@@ -375,11 +387,12 @@ class PersistentTensorDict(TensorDictBase):
     def _set_str(self, key: str, value: Any, inplace: bool) -> None:
         self._write_entry(key, value, inplace, check=True)
 
-    def _write_entry(self, key: str, value: Any, inplace: bool, check: bool) -> None:
-        """Write one entry at this level (``check``: refuse an unstorable nested leaf before any write)."""
+    def _write_entry(self, key: str, value: Any, inplace: bool, check: bool, fresh: bool = False) -> None:
+        """Write one entry at this level (``check``: refuse an unstorable nested leaf before any write;
+        ``fresh``: this level was just created, nothing is there to replace or write into)."""
         self._check_writable()
         storage = self._storage
-        node = self._node(key)
+        node = None if fresh else self._node(key)
         what = f"{type(self).__name__}"
         if isinstance(value, torch.Tensor):
             if inplace and node is not None and self._kind(node) == TENSOR and \
@@ -409,9 +422,9 @@ class PersistentTensorDict(TensorDictBase):
                 return
             self._replace(key, node)
             group = storage.create_group(self._group, key, _group_metadata(source))
-            child = self._child(key, group)
+            child = self._child(key, group, check=False)
             child._batch_size = source.batch_size
-            child._write_tree(source)
+            child._write_tree(source, fresh=True)
         else:
             raise TypeError(f"Cannot set values of type {type(value).__name__} in a PersistentTensorDict.")
 
@@ -419,18 +432,21 @@ class PersistentTensorDict(TensorDictBase):
         if node is not None:
             self._storage.delete(self._group, key)
             self._children.pop(key, None)
+            self._nodes.pop(key, None)
 
     def _del_str(self, key: str) -> None:
         self._check_writable()
         self._storage.delete(self._group, key)
         self._children.pop(key, None)
+        self._nodes.pop(key, None)
 
-    def _write_tree(self, source: Any) -> None:
-        """Write every entry of the collection ``source`` here, leaf by leaf (``source`` already checked)."""
+    def _write_tree(self, source: Any, fresh: bool = False) -> None:
+        """Write every entry of the collection ``source`` here, leaf by leaf (``source`` already checked;
+        ``fresh``: this level is empty, just created)."""
         for key in source.keys():
             value = source.get(key)
             value = _as_collection(value)
-            self._write_entry(key, value, isinstance(value, TensorDictBase), check=False)
+            self._write_entry(key, value, isinstance(value, TensorDictBase), check=False, fresh=fresh)
         self._storage.write_group_metadata(self._group, _group_metadata(source, self._batch_size))
 
     # ------------------------------------------------------------------ the dict API without reading data
@@ -1117,7 +1133,7 @@ def write_file(source: Any, filename: Any, backend: str, what: str, allow_pickle
 
 def _fill(storage: Any, root: Any, source: Any, options: dict) -> None:
     td = PersistentTensorDict._over(storage, root, source.batch_size, None, False, options)
-    td._write_tree(source)
+    td._write_tree(source, fresh=True)
     storage.finish(root)
 
 
@@ -1136,7 +1152,8 @@ def _adopt_layout(target: PersistentTensorDict, source: Any) -> None:
         if isinstance(value, TensorCollection) and not isinstance(value, _NON_TENSOR):
             node = target._node(key)
             if node is not None and target._kind(node) == GROUP:
-                _adopt_layout(target._child(key, node), value)
+                # written from ``value`` just now: its datasets fit its batch size, no need to read them
+                _adopt_layout(target._child(key, node, check=False), value)
 
 
 def to_h5(collection: Any, filename: Any, **kwargs: Any) -> PersistentTensorDict:
@@ -1200,12 +1217,21 @@ def _stored_or_inferred(td: PersistentTensorDict) -> None:
             if td._kind(node) == GROUP:
                 td._child(key, node)  # its own recorded batch size
         return
-    for key in td._keys_str():
+    shapes = []
+    for key in td._keys_str():  # one look at each node: opening a file with many entries is this loop
         node = td._node(key)
-        if td._kind(node) == GROUP:
+        if node is None:  # a link to nothing (soft or external): upstream's KeyError, on open
+            raise MessageKeyError(f"key {key!r} not found in PersistentTensorDict: its link in "
+                                  f"{td._storage.describe(td._group)} leads to no object.")
+        kind = td._kind(node)
+        if kind == GROUP:
             child = td._child(key, node)
             _stored_or_inferred(child)
-    shapes = [shape for key in td._keys_str() if (shape := td._entry_shape(key, td._node(key))) is not None]
+            shapes.append(child.batch_size)
+        elif kind == TENSOR:
+            shapes.append(torch.Size(td._storage.shape(node)))
+        elif kind == STACK:
+            shapes.append(td._storage.stack_shape(node))
     td._batch_size = _common_prefix(shapes, None)
 
 

@@ -164,7 +164,9 @@ def build_from_columns(cls: Optional[type], columns: dict, num_rows: int, *, dev
 
     entries: dict = {}
     for name, column in columns.items():
-        if isinstance(column, np.ndarray) and column.dtype.kind in "iufb":
+        if isinstance(column, torch.Tensor):
+            entries[name] = column.to(dtype) if dtype is not None else column  # see arrow_columns
+        elif isinstance(column, np.ndarray) and column.dtype.kind in "iufb":
             # Copied: the reader's buffers may be read-only or shared with the frame.
             entries[name] = torch.as_tensor(column.copy()).to(dtype) if dtype is not None else column.copy()
         elif isinstance(column, np.ndarray) and column.dtype.kind == "M":
@@ -223,16 +225,28 @@ def frame_columns(frame: Any) -> dict:
 
 
 def arrow_columns(table: Any) -> dict:
-    """An Arrow table's columns: numbers, booleans and timestamps as numpy arrays, numeric fixed-shape tensors
-    without nulls as numpy arrays of their shape, the rest as lists of Python values."""
+    """An Arrow table's columns: integers and floats without nulls as tensors viewing the table's memory
+    (copied when read-only), other numbers, booleans and timestamps as numpy arrays, numeric fixed-shape
+    tensors without nulls as numpy arrays of their shape, the rest as lists of Python values.
+
+    For a table a reader just made (Parquet, CSV): its memory is the result's alone, no copy is needed.
+    """
     import pyarrow as pa
 
+    from .arrow import _number_types, number_view
+
+    number_types = _number_types(pa)
     types = pa.types
     columns = {}
-    for name in table.column_names:
-        column = table.column(name)
+    for index, name in enumerate(table.column_names):
+        column = table.column(index)
         kind = column.type
-        if types.is_integer(kind) or types.is_floating(kind) or types.is_boolean(kind) or types.is_timestamp(kind):
+        if kind.id in number_types and not column.null_count:
+            # one chunk per row group: several are combined (one copy, into memory of its own) and viewed
+            array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+            view = number_view(array)
+            columns[name] = view if view is not None else torch.from_numpy(array.to_numpy(zero_copy_only=False).copy())
+        elif types.is_integer(kind) or types.is_floating(kind) or types.is_boolean(kind) or types.is_timestamp(kind):
             columns[name] = column.to_numpy()
         elif _is_plain_tensor_column(pa, column):
             columns[name] = column.combine_chunks().to_numpy_ndarray()
