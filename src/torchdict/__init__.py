@@ -118,7 +118,9 @@ def __getattr__(name: str) -> object:
     import importlib
 
     module = importlib.import_module(f".{module_name}", __name__)
-    return module if module_name == name else getattr(module, name)
+    value = module if module_name == name else getattr(module, name)  # a name equal to its module: the module
+    globals()[name] = value  # later reads are plain attribute reads, not a call of this function
+    return value
 
 
 def __dir__() -> list:
