@@ -100,7 +100,7 @@ class _Node:
     tensor's shape, the batch *sizes* are not part of the structure.
     """
 
-    __slots__ = ("cls", "td_cls", "keys", "kinds", "batch_size", "device", "names", "template", "probe")
+    __slots__ = ("cls", "td_cls", "keys", "kinds", "batch_size", "device", "names", "template", "probe", "flat")
 
     def __init__(self, cls: type, td_cls: Any, keys: tuple, kinds: tuple, batch_size: torch.Size,
                  device: Optional[torch.device], names: Optional[list], template: Any) -> None:
@@ -113,6 +113,8 @@ class _Node:
         self.names = names
         self.template = template
         self.probe: Optional[tuple] = None
+        # Every entry a tensor child (no nesting, no constant): rebuilt by ``_unflatten_flat``.
+        self.flat = all(kind is _CHILD for kind in kinds)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, _Node):
@@ -320,8 +322,39 @@ def _unflatten(values: Any, node: _Node) -> Any:
         value = values[index]
         if isinstance(value, _Tensor):
             delta = value.ndim - ndim
+            if node.flat:
+                flat = _unflatten_flat(values, node, delta)
+                if flat is not None:
+                    return flat
     collection, _ = _Builder(values, delta).build(node)
     return collection
+
+
+def _unflatten_flat(values: list, node: _Node, delta: int) -> Any:
+    """``_Builder.build`` for a level whose entries are all tensors (the usual input and output of a
+    vmapped function), in one pass; None when a value is not a tensor (a shell: the general build)."""
+    old_batch = node.batch_size
+    limit = len(old_batch) + delta
+    device = node.device
+    if limit <= 0:
+        for value in values:
+            if not isinstance(value, _Tensor):
+                return None
+            if device is not None and value.device != device:
+                device = None
+        batch_size = _NO_BATCH
+    else:
+        shapes = []
+        for value in values:
+            if not isinstance(value, _Tensor):
+                return None
+            shapes.append(value.shape)
+            if device is not None and value.device != device:
+                device = None
+        batch_size = _common_prefix(shapes, limit)
+    names = node.names if len(batch_size) == len(old_batch) else None
+    td = node.td_cls._new_unsafe(dict(zip(node.keys, values)), batch_size, device, names)
+    return td if node.template is None else node.template._rewrap(td)
 
 
 # ----------------------------------------------------------------------------------- registration

@@ -11,12 +11,13 @@ import inspect
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
+from torch.compiler import is_compiling
 
 from .._base import TensorCollection, is_tensor_collection
 from .._keys import NestedKey, key_to_tuple
-from .utils import _dispatch_td_nn_modules
+from .utils import _dispatch_td_nn_modules, _set_skip_existing_None, _skip_existing
 
-__all__ = ["dispatch", "make_tensordict"]
+__all__ = ["dispatch", "make_tensordict", "module_forward"]
 
 
 def make_tensordict(input_dict: Optional[dict] = None, batch_size: Any = None, device: Any = None,
@@ -181,6 +182,38 @@ class dispatch:
         warnings.warn("dispatch.get_source() is deprecated and will be removed in TensorDict 0.17.",
                       DeprecationWarning, stacklevel=2)
         return getattr(self_func, self.source) if isinstance(self.source, str) else self.source
+
+
+def module_forward(func: Callable) -> Callable:
+    """``dispatch(auto_batch_size=False)`` over ``_set_skip_existing_None()``: the decorators of the library's
+    own ``forward(self, tensordict, ...)`` methods, fused into one wrapper for the call with a tensor
+    collection (the one the module layer makes on every call), which then costs one frame instead of two.
+    Calls with tensors, and calls while skipping is on, take the two decorators' own paths."""
+    skipping = _set_skip_existing_None()(func)
+    dispatched = dispatch(auto_batch_size=False)(skipping)
+    if dispatched is skipping:  # keyword calls off (DISPATCH_TDNN_MODULES=0)
+        return skipping
+    slot = _skip_existing
+
+    @functools.wraps(func)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > 1 and args[0] is not None and (isinstance(args[1], TensorCollection)
+                                                      or is_tensor_collection(args[1])):
+            # ``slot.get_mode()``, without the call while no thread has a mode of its own.
+            skip_mode = slot.get_mode() if slot._has_thread_values else slot._value
+            if skip_mode:
+                return skipping(*args, **kwargs)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                # A module that turned skipping on and left it so: the caller gets its own mode back.
+                if (slot.get_mode() if slot._has_thread_values else slot._value) is not skip_mode \
+                        and not is_compiling():
+                    slot.set_mode(skip_mode)
+        return dispatched(*args, **kwargs)
+
+    forward.__signature__ = dispatched.__signature__  # type: ignore[attr-defined]
+    return forward
 
 
 def _first_parameter(func: Callable) -> Optional[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._keys import NestedKey, key_to_tuple
+from ..tensordict import TensorDict
 
 _MISSING = object()
 
@@ -25,6 +26,33 @@ def _undo_record(tensordict: Any, key: NestedKey) -> tuple:
                 created_root = prefix if depth > 1 else prefix[0]
                 break
     return key, previous, created_root
+
+
+def _undo_snapshot(tensordict: Any, keys: Any) -> Any:
+    """What ``_undo_restore`` needs to put the entries at ``keys`` back: for a plain TensorDict and str keys
+    (the usual sequence), a shallow copy of its storage (one C call); else one ``_undo_record`` per key."""
+    if type(tensordict) is TensorDict:
+        for key in keys:
+            if type(key) is not str:
+                break
+        else:
+            return tensordict._tensordict.copy()
+    return [_undo_record(tensordict, key) for key in keys]
+
+
+def _undo_restore(tensordict: Any, snapshot: Any, keys: Any) -> None:
+    """Put back the entries at ``keys`` as ``_undo_snapshot`` saw them."""
+    if type(snapshot) is dict:
+        storage = tensordict._tensordict
+        for key in keys:
+            previous = snapshot.get(key, _MISSING)
+            if previous is _MISSING:
+                storage.pop(key, None)
+            else:
+                storage[key] = previous
+        return
+    for record in reversed(snapshot):
+        _undo_write(tensordict, record)
 
 
 def _undo_write(tensordict: Any, record: tuple) -> None:

@@ -14,11 +14,13 @@ from typing import Any, Callable, Dict, List, MutableSequence, Optional, Sequenc
 
 import torch
 from torch import Tensor, nn
+from torch.compiler import is_compiling
 
 from .._keys import NestedKey, unravel_key_list
 from ..base import TensorDictBase
 from ..nontensor import NonTensorData, NonTensorStack
-from ._dispatch import dispatch, make_tensordict
+from ..tensordict import TensorDict as _TensorDict
+from ._dispatch import dispatch, make_tensordict, module_forward
 from ._out_keys import reset_out_keys as _reset_out_keys, select_out_keys as _select_out_keys
 from .utils import _set_skip_existing_None
 
@@ -200,6 +202,7 @@ class TensorDictModule(TensorDictModuleBase):
     torch.Size([2])
     """
 
+    _plain_io = True  # see __init_subclass__
     _IN_KEY_ERR = "in_keys must be of type list, str or tuples of str, or dict."
     _OUT_KEY_ERR = "out_keys must be of type list, str or tuples of str."
 
@@ -379,10 +382,15 @@ class TensorDictModule(TensorDictModuleBase):
             )
         return None
 
-    @dispatch(auto_batch_size=False)
-    @_set_skip_existing_None()
     def forward(self, tensordict: Any, *args: Any, tensordict_out: Any = None, **kwargs: Any) -> Any:
         """Read ``in_keys``, call the wrapped module, write ``out_keys`` (into ``tensordict_out`` if given)."""
+        if type(tensordict) is _TensorDict and not args and tensordict_out is None and not kwargs:
+            plan = self.__dict__.get("_call_plan", _MISSING)
+            if plan is _MISSING:
+                # Not made while torch.compile traces: storing it would be a side effect to replay.
+                plan = None if is_compiling() else self._make_call_plan()
+            if plan is not None and not plan[2] and not plan[3]:
+                return self._planned_call(tensordict, plan[0], plan[1])
         try:
             if args:
                 raise ValueError("Got a non-empty list of extra agruments, when none was expected.")
@@ -411,11 +419,69 @@ class TensorDictModule(TensorDictModuleBase):
                 return tensordict
             return self._write_to_tensordict(tensordict, self._as_output_tuple(result), tensordict_out)
         except Exception as err:
-            description = indent(_describe_callable(self._wrapped()), "    ")
-            raise err from RuntimeError(
-                f"TensorDictModule failed with operation\n{description}\n    in_keys={self.in_keys}\n"
-                f"    out_keys={self.out_keys}."
-            )
+            raise err from self._failure_cause()
+
+    def _failure_cause(self) -> RuntimeError:
+        """The cause attached to any error of a call: the wrapped callable and the keys."""
+        description = indent(_describe_callable(self._wrapped()), "    ")
+        return RuntimeError(f"TensorDictModule failed with operation\n{description}\n    in_keys={self.in_keys}\n"
+                            f"    out_keys={self.out_keys}.")
+
+    def _planned_call(self, tensordict: Any, in_keys: list, out_keys: list) -> Any:
+        """``forward``'s steps for a call its plan allows (see ``_make_call_plan``), without their generality."""
+        try:
+            try:
+                # ``td[key]`` (C) reads what ``_read_inputs`` reads: a tensor, a sub-tensordict, a non-tensor's
+                # value. Anything unusual (a missing key) takes ``_read_inputs``.
+                tensors = (tensordict[in_keys[0]],) if len(in_keys) == 1 else [tensordict[key] for key in in_keys]
+            except Exception:
+                tensors = self._read_inputs(tensordict)
+            module: Any = self._modules.get("module", _MISSING)
+            if module is _MISSING:
+                module = self.__dict__["module"]
+            try:
+                result = module(*tensors)
+            except Exception as err:
+                missing = self._missing_inputs_error(err, tensors, {})
+                if missing is not None:
+                    raise missing from err
+                raise
+            if type(result) is Tensor and len(out_keys) == 1:
+                key = out_keys[0]
+                if key != "_":
+                    tensordict[key] = result  # TensorDict's quick write: the checks of ``set``
+                return tensordict
+            return self._write_to_tensordict(tensordict, self._as_output_tuple(result), None)
+        except Exception as err:
+            raise err from self._failure_cause()
+
+    def _make_call_plan(self) -> Optional[tuple]:
+        """What ``forward`` on a plain TensorDict may take for granted, worked out once per configuration:
+        ``None`` unless every option is at its default (inputs by position, no ``method``, written in place,
+        not strict), the class keeps the base's reads, call and writes, and neither ``forward`` nor the
+        call is replaced on the instance; else the keys and the option dicts to check (edited in place,
+        they are not seen by ``__setattr__``). Any attribute set drops the plan."""
+        plain = (type(self)._plain_io and self._kwargs is None and not self.strict and self.method is None
+                 and self.inplace is True and self._compiled_call_impl is None and "forward" not in self.__dict__)
+        plan = (self._in_keys, self._out_keys, self.method_kwargs, self._get_kwargs) if plain else None
+        self.__dict__["_call_plan"] = plan
+        return plan
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        self.__dict__.pop("_call_plan", None)
+
+    def __delattr__(self, name: str) -> None:
+        super().__delattr__(name)
+        self.__dict__.pop("_call_plan", None)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that changes how keys are read, the module called or outputs written takes the
+        # general path of ``forward``.
+        cls._plain_io = all(getattr(cls, name) is getattr(TensorDictModule, name) for name in _PLAIN_IO_MEMBERS)
+
+    forward = module_forward(forward)
 
     # ---------------------------------------------------------------- attributes and pickling
     def __getattr__(self, name: str) -> Any:
@@ -431,6 +497,7 @@ class TensorDictModule(TensorDictModuleBase):
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
+        state.pop("_call_plan", None)  # made again on the first call
         module = state.get("module")
         if module is not None and not isinstance(module, nn.Module):
             try:
@@ -449,6 +516,9 @@ class TensorDictModule(TensorDictModuleBase):
         self.__dict__.update(state)
 
 
+_PLAIN_IO_MEMBERS = ("in_keys", "out_keys", "_read_inputs", "_call_module", "_write_to_tensordict",
+                     "_as_output_tuple", "_wrapped",
+                     "_planned_call", "_make_call_plan")
 _BASE_CALL = TensorDictModule._call_module
 _BASE_WRITE = TensorDictModule._write_to_tensordict
 

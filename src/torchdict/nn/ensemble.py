@@ -4,6 +4,15 @@
 The copies are not modules: their parameters are one TensorDict with a leading batch dim of
 ``num_copies`` (``params_td``, registered through ``TensorDictParams`` so optimisers and ``state_dict`` see
 them), swapped into the single wrapped module inside the vmapped function.
+
+``torch.vmap`` walks its arguments and results as pytrees, several times per call (flatten, in_dims
+broadcast over a placeholder tree, rebuild). A TensorDict input is therefore flattened here once, handed to
+vmap as a list of tensors, and rebuilt inside the mapped function (and the output the other way), with the
+same code vmap's own pytree walk would run (``torchdict._pytree``). An input tensor that comes back unchanged
+as an output (an input key kept in the output tensordict) is not returned through vmap, which copes slowly
+with a result that does not depend on the mapped dim: it is expanded here, as vmap would expand it.
+``vmapped_forward`` (upstream's attribute) stays the general path: under ``torch.compile``, for inputs that
+are not TensorDicts or tensorclasses, and when it was replaced (a chunked vmap, say).
 """
 from __future__ import annotations
 
@@ -11,7 +20,9 @@ import warnings
 from typing import Any, Optional
 
 import torch
+from torch.compiler import is_compiling
 
+from .. import _pytree
 from .._params import TensorDictParams
 from ..base import TensorDictBase
 from .common import TensorDictModuleBase
@@ -46,20 +57,31 @@ class EnsembleModule(TensorDictModuleBase):
         # the nested parameter TensorDict on each call.
         self._param_keys = [key if isinstance(key, tuple) else (key,)
                             for key in stacked.keys(include_nested=True, leaves_only=True)]
+        self._expand_input = expand_input
         self.vmapped_forward = torch.vmap(self._func_module_call, (None, 0) if expand_input else 0)
+        self._default_vmapped_forward = self.vmapped_forward
         # Each copy gets its own initialisation, written into the stacked tensors.
         self.reset_parameters_recursive(stacked)
         self.params_td = TensorDictParams(stacked)
 
     def _slots(self) -> list:
-        """(the dict holding it, name) for each parameter / buffer of the wrapped module, in key order."""
+        """(the dict holding it, name) for each parameter / buffer of the wrapped module, in key order.
+
+        Looked up on every call (not kept): a submodule replaced since the last call is the one used."""
+        root: Any = self._modules["module"]
+        owners: dict = {}
         slots = []
         for key in self._param_keys:
-            owner = self.module
-            for part in key[:-1]:
-                owner = owner._modules[part]
-            store = owner._parameters if key[-1] in owner._parameters else owner._buffers
-            slots.append((store, key[-1]))
+            path = key[:-1]
+            owner: Any = owners.get(path)
+            if owner is None:
+                owner = root
+                for part in path:
+                    owner = owner._modules[part]
+                owners[path] = owner
+            name = key[-1]
+            parameters = owner._parameters
+            slots.append((parameters if name in parameters else owner._buffers, name))
         return slots
 
     def _func_module_call(self, input: Any, params: Any) -> Any:
@@ -73,7 +95,7 @@ class EnsembleModule(TensorDictModuleBase):
         try:
             for (store, name), value in zip(slots, params):
                 store[name] = value
-            return self.module(input)
+            return self._modules["module"](input)  # not through nn.Module.__getattr__
         finally:
             for (store, name), value in zip(slots, previous):
                 store[name] = value
@@ -81,8 +103,12 @@ class EnsembleModule(TensorDictModuleBase):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The wrapped module's output for each copy, stacked along a new first dim."""
         # The TensorDict inside TensorDictParams holds the very Parameter objects: gradients reach them.
-        params = self.params_td._param_td
-        return self.vmapped_forward(tensordict, [params.get(key) for key in self._param_keys])
+        params = self._modules["params_td"]._param_td  # (self.params_td, without nn.Module.__getattr__)
+        values = [params[key] for key in self._param_keys]
+        if (type(tensordict) in _pytree._REGISTERED and self.vmapped_forward is self._default_vmapped_forward
+                and not is_compiling()):
+            return _FlatCall(self, tensordict, values).run()
+        return self.vmapped_forward(tensordict, values)
 
     def reset_parameters_recursive(self, parameters: Optional[TensorDictBase] = None) -> TensorDictBase:
         """Reset the given stacked parameters in place, copy by copy (a ``ValueError`` without them: the
@@ -104,3 +130,69 @@ class EnsembleModule(TensorDictModuleBase):
             warnings.warn("EnsembleModule.reset_parameters_recursive() only resets parameters of self.module, "
                           "but other parameters were detected. These parameters will not be reset.")
         return self.module.reset_parameters_recursive(parameters)
+
+
+class _FlatCall:
+    """One call of an ensemble with a TensorDict (or tensorclass) input, through ``torch.vmap`` over lists of
+    tensors (see the module docstring). Passed to the mapped function as its last argument (``in_dims``
+    None: vmap hands it over untouched), it carries the structures in and out."""
+
+    __slots__ = ("ensemble", "node", "leaves", "params", "out_node", "out_positions", "passed_through")
+
+    def __init__(self, ensemble: EnsembleModule, tensordict: Any, params: list) -> None:
+        self.ensemble = ensemble
+        self.leaves, self.node = _pytree._flatten(tensordict)
+        self.params = params
+        self.out_node: Any = None  # the output's structure, when it is a collection
+        self.out_positions: list = []  # where, among the output's leaves, those vmap returns go
+        self.passed_through: list = []  # (position among the output's leaves, input tensor)
+
+    def run(self) -> Any:
+        expand_input = self.ensemble.__dict__.get("_expand_input", True)
+        params = self.params
+        result = (_VMAPPED_EXPANDED if expand_input else _VMAPPED)(self.leaves, params, self)
+        if self.out_node is None:  # not a collection: vmap took it as it is
+            return result
+        positions = self.out_positions
+        out_leaves: list = [None] * (len(positions) + len(self.passed_through))
+        if len(positions) == 1:
+            out_leaves[positions[0]] = result
+        else:
+            for position, value in zip(positions, result):
+                out_leaves[position] = value
+        for position, tensor in self.passed_through:
+            # What vmap returns for a result that does not depend on the mapped dim.
+            out_leaves[position] = tensor.unsqueeze(0).expand(params[0].shape[0], *tensor.shape)
+        return _pytree._unflatten(out_leaves, self.out_node)
+
+    def mapped(self, inputs: list, params: list, expand_input: bool) -> Any:
+        """The mapped function's body: rebuild the input, run the module with one copy's parameters,
+        flatten the output."""
+        out = self.ensemble._func_module_call(_pytree._unflatten(inputs, self.node), params)
+        if type(out) not in _pytree._REGISTERED:
+            return out
+        out_leaves, self.out_node = _pytree._flatten(out)
+        # With expand_input, the inputs are the caller's own tensors (not mapped): one of them returned as
+        # it is can skip vmap's way back.
+        unmapped = {id(tensor) for tensor in inputs} if expand_input and params else ()
+        returned = []
+        for position, leaf in enumerate(out_leaves):
+            if id(leaf) in unmapped:
+                self.passed_through.append((position, leaf))
+            else:
+                self.out_positions.append(position)
+                returned.append(leaf)
+        # One tensor is vmap's quickest result to take apart.
+        return returned[0] if len(returned) == 1 else tuple(returned)
+
+
+def _mapped_expanded(inputs: list, params: list, call: _FlatCall) -> Any:
+    return call.mapped(inputs, params, True)
+
+
+def _mapped(inputs: list, params: list, call: _FlatCall) -> Any:
+    return call.mapped(inputs, params, False)
+
+
+_VMAPPED_EXPANDED = torch.vmap(_mapped_expanded, (None, 0, None))
+_VMAPPED = torch.vmap(_mapped, (0, 0, None))

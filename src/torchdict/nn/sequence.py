@@ -11,15 +11,21 @@ import collections
 from copy import deepcopy
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Union
 
+import torch
 from torch import nn
 from torch.compiler import is_compiling
+from torch.nn.modules import module as _module_globals  # the global hooks nn.Module.__call__ runs
 
 from .._keys import NestedKey, unravel_key_list
 from ..base import TensorDictBase
-from ._dispatch import dispatch
-from ._undo import _undo_record, _undo_write
+from ..tensordict import TensorDict as _TensorDict
+from ._dispatch import module_forward
+from ._undo import _undo_restore, _undo_snapshot
 from .common import TensorDictModule, TensorDictModuleBase, WrapModule
-from .utils import _set_skip_existing_None
+from .utils import _skip_existing
+
+_PLANNED_CALL = TensorDictModule._planned_call
+_tracing_state = torch._C._get_tracing_state
 
 __all__ = ["TensorDictSequential"]
 
@@ -204,8 +210,7 @@ class TensorDictSequential(TensorDictModule):
                 return name
         raise RuntimeError("module not found.")
 
-    @dispatch(auto_batch_size=False)
-    @_set_skip_existing_None()
+    @module_forward
     def forward(self, tensordict: Any, tensordict_out: Any = None, **kwargs: Any) -> Any:
         """Run every module on ``tensordict`` (see ``inplace``); ``tensordict_out`` receives the out keys."""
         if kwargs:
@@ -225,19 +230,40 @@ class TensorDictSequential(TensorDictModule):
                 tensordict_out = TensorDict()
             elif inplace == "empty":
                 tensordict_out = tensordict.empty()
-        undo = None if on_copy or is_compiling() else [_undo_record(tensordict, key) for key in self._out_keys]
-        # A subclass's own _run_module, or partial tolerance, go through _run_module; else the plain call.
-        through_run = self.partial_tolerant or type(self)._run_module is not TensorDictSequential._run_module
-        for module in self._wrapped()._modules.values():
-            try:
-                running = self._run_module(module, running) if through_run else module(running)
-            except Exception as err:
-                if undo is not None:
-                    for record in reversed(undo):
-                        _undo_write(tensordict, record)
-                if hasattr(err, "add_note"):
-                    err.add_note(f"Failed while executing module '{self._get_module_num_or_key(module)}'.")
-                raise
+        compiling = is_compiling()
+        undo_keys = self._out_keys
+        undo = None if on_copy or compiling else _undo_snapshot(tensordict, undo_keys)
+        container = self._modules.get("module")
+        modules: Iterable[Any] = (self.__dict__["module"] if container is None else container)._modules.values()
+        try:
+            if self.partial_tolerant or type(self)._run_module is not _BASE_RUN_MODULE:
+                # A subclass's own _run_module, or partial tolerance.
+                for module in modules:
+                    running = self._run_module(module, running)
+            elif (compiling or _module_globals._global_forward_hooks or _module_globals._global_forward_pre_hooks
+                  or _module_globals._global_backward_hooks or _module_globals._global_backward_pre_hooks
+                  or (_skip_existing.get_mode() if _skip_existing._has_thread_values else _skip_existing._value)
+                  or _tracing_state()):
+                for module in modules:
+                    running = module(running)
+            else:
+                for module in modules:
+                    # A TensorDictModule with a call plan (see its ``_make_call_plan``) and no hooks, on a
+                    # TensorDict: its planned call, without the nn.Module call, dispatch and skip checks,
+                    # which would do nothing here.
+                    plan = module.__dict__.get("_call_plan") if type(module) is TensorDictModule else None
+                    if (plan is not None and type(running) is _TensorDict and not plan[2] and not plan[3]
+                            and not (module._forward_hooks or module._forward_pre_hooks or module._backward_hooks
+                                     or module._backward_pre_hooks)):
+                        running = _PLANNED_CALL(module, running, plan[0], plan[1])
+                    else:
+                        running = module(running)
+        except Exception as err:
+            if undo is not None:
+                _undo_restore(tensordict, undo, undo_keys)
+            if hasattr(err, "add_note"):
+                err.add_note(f"Failed while executing module '{self._get_module_num_or_key(module)}'.")
+            raise
         if tensordict_out is not None:
             return tensordict_out.update(running, keys_to_update=self.out_keys)
         if self._select_before_return:
@@ -288,3 +314,6 @@ class TensorDictSequential(TensorDictModule):
         self.out_keys = out_keys
         if selected is not None:
             self._out_keys_apparent = selected
+
+
+_BASE_RUN_MODULE = TensorDictSequential._run_module
