@@ -432,3 +432,39 @@ def test_inductor_matches_eager(name: str) -> None:
 def test_inductor_pipeline_matches_eager() -> None:
     expected = _pipeline(_td(), _pair())
     assert_same(_compile(_pipeline, backend="inductor")(_td(), _pair()), expected, exact=False)
+
+
+TENSOR_OPERAND_OPS = {
+    "td + t": lambda td, t: td + t,
+    "t + td": lambda td, t: t + td,
+    "t - td": lambda td, t: t - td,
+    "td * t": lambda td, t: td * t,
+    "t / td": lambda td, t: t / (td + 1),
+    "td == t": lambda td, t: td == t,
+    "t < td": lambda td, t: t < td,
+    "td >= t": lambda td, t: td >= t,
+}  # ``**`` with a tensor operand still breaks the graph (torch.Tensor.__pow__ is a Python wrapper Dynamo
+#    hands to __torch_function__ as an anonymous function)
+
+
+@pytest.mark.parametrize("name", sorted(TENSOR_OPERAND_OPS))
+@pytest.mark.parametrize("operand_shape", [(), (3,)], ids=["scalar-tensor", "batch-tensor"])
+def test_operators_with_a_plain_tensor_compile(name: str, operand_shape: tuple) -> None:
+    # Dynamo reaches TensorDict.__torch_function__ with the tensor's method (torch._C.TensorBase.add, ...),
+    # where eager Python would fall back to the TensorDict's reflected operator.
+    op = TENSOR_OPERAND_OPS[name]
+    td = TensorDict(a=torch.randn(3, 2), b={"c": torch.randn(3)}, batch_size=[3])
+    t = torch.randn(operand_shape)
+    expected = op(td, t)
+    got = _compile(op)(td, t)
+    assert_same(got, expected)
+
+
+def test_a_tensor_method_with_a_collection_answers_as_the_collections_operator() -> None:
+    td = TensorDict(a=torch.randn(3, 2), batch_size=[3])
+    t = torch.randn(3)
+    for method, expected in [(torch.Tensor.sub, td.__rsub__(t)), (torch.Tensor.lt, td.__gt__(t)),
+                             (torch.Tensor.mul, td.__rmul__(t))]:
+        assert_same(method(t, td), expected)
+    with pytest.raises(TypeError):
+        torch.Tensor.add(t, td, alpha=2)  # not an operator: torch's own refusal

@@ -465,6 +465,50 @@ def _where(condition: Any, input: Any = None, other: Any = None, *, out: Any = N
     raise TypeError("torch.where with a TensorDict condition needs a TensorDict input or other.")
 
 
+# --------------------------------------------------------------------------- a tensor's operators with a collection
+
+# ``tensor <op> td`` runs torch's method first, which returns NotImplemented and lets Python call the
+# collection's reflected operator; torch.compile's Dynamo has no such fallback (``td + t`` and ``t * td``
+# reach ``__torch_function__`` as the tensor method with the collection among the arguments). Answering
+# here with the collection's own operator gives both the same result.
+_TENSOR_OPERATORS: tuple = (  # (tensor method names, the collection's operator, its reflected one)
+    (("add", "__add__"), "__add__", "__radd__"),
+    (("sub", "subtract", "__sub__"), "__sub__", "__rsub__"),
+    (("mul", "multiply", "__mul__"), "__mul__", "__rmul__"),
+    (("div", "divide", "true_divide", "__truediv__"), "__truediv__", "__rtruediv__"),
+    (("floor_divide", "__floordiv__"), "__floordiv__", "__rfloordiv__"),
+    (("remainder", "__mod__"), "__mod__", "__rmod__"),
+    (("pow", "__pow__"), "__pow__", "__rpow__"),
+    (("eq", "__eq__"), "__eq__", "__eq__"),
+    (("ne", "__ne__"), "__ne__", "__ne__"),
+    (("lt", "__lt__"), "__lt__", "__gt__"),
+    (("le", "__le__"), "__le__", "__ge__"),
+    (("gt", "__gt__"), "__gt__", "__lt__"),
+    (("ge", "__ge__"), "__ge__", "__le__"),
+    (("__and__", "bitwise_and"), "__and__", "__rand__"),
+    (("__or__", "bitwise_or"), "__or__", "__ror__"),
+    (("__xor__", "bitwise_xor"), "__xor__", "__rxor__"),
+)
+
+
+def _tensor_operator(operator: str, reflected: str) -> Callable:
+    def handler(left: Any, right: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs:  # alpha=, rounding_mode=, out=: not an operator; torch's own error
+            return NotImplemented
+        if isinstance(left, TensorCollection):
+            return getattr(left, operator)(right)
+        return getattr(right, reflected)(left)
+
+    return handler
+
+
+for _names, _operator, _reflected in _TENSOR_OPERATORS:
+    for _name in _names:
+        _method = getattr(torch._C.TensorBase, _name, None)
+        if _method is not None:
+            TORCH_FUNCTIONS[_method] = _tensor_operator(_operator, _reflected)
+
+
 # --------------------------------------------------------------------------- the mixin
 
 
