@@ -14,16 +14,8 @@ import torch
 
 from torchdict import NonTensorData, TensorDict
 from torchdict.store import TensorDictStore
-from _redis_server import start_or_skip
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-@pytest.fixture(scope="session")
-def redis_server():
-    server = start_or_skip()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

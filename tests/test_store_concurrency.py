@@ -13,18 +13,10 @@ import torch
 
 from torchdict import TensorDict
 from torchdict.store import TensorDictStore
-from _redis_server import start_or_skip
 
 pytestmark = pytest.mark.slow
 
 ROWS, WORKERS, CHUNK = 10_000, 4, 125
-
-
-@pytest.fixture(scope="session")
-def redis_server():
-    server = start_or_skip()
-    yield server
-    server.stop()
 
 
 def _context():

@@ -10,19 +10,11 @@ import torch
 
 from torchdict import LazyStackedTensorDict, TensorDict, lazy_stack
 from torchdict.store import LazyStackedTensorDictStore, TensorDictStore
-from _redis_server import start_or_skip
 
 
 @pytest.fixture(scope="session")
 def upstream_store():
     return pytest.importorskip("tensordict.store", reason="upstream tensordict runs the differential tests")
-
-
-@pytest.fixture(scope="session")
-def redis_server():
-    server = start_or_skip()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -135,14 +135,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
 
     def _edit_modules(self, edit: Callable[[nn.Module], None]) -> None:
         # Check the edited list first (as the constructor would), so a refused edit changes nothing.
-        if isinstance(self.module, nn.ModuleDict):
-            candidate: nn.Module = nn.ModuleDict(collections.OrderedDict(self.module.items()))
-            edit(candidate)
-            edited = list(candidate.values())
-        else:
-            candidate = nn.ModuleList(list(self.module))
-            edit(candidate)
-            edited = list(candidate)
+        edited = self._modules_after(edit)
         if not edited:
             raise ValueError(
                 "ProbabilisticTensorDictSequential must consist of zero or more "

@@ -290,17 +290,20 @@ class TensorDictSequential(TensorDictModule):
     def __delitem__(self, index: Union[int, slice, str]) -> None:
         self._edit_modules(lambda modules: modules.__delitem__(index))
 
-    def _edit_modules(self, edit: Callable[[nn.Module], None]) -> None:
-        """Apply ``edit`` to a copy of the container first: an edit that fails, or that would drop a
-        selected out key, leaves the sequence unchanged. Then to the container, and recompute the keys."""
+    def _modules_after(self, edit: Callable[[nn.Module], None]) -> list:
+        """The modules ``edit`` would leave, worked out on a copy of the container (which is left alone)."""
         if isinstance(self.module, nn.ModuleDict):
             candidate: nn.Module = nn.ModuleDict(collections.OrderedDict(self.module.items()))
             edit(candidate)
-            modules = list(candidate.values())
-        else:
-            candidate = nn.ModuleList(list(self.module))
-            edit(candidate)
-            modules = list(candidate)
+            return list(candidate.values())
+        candidate = nn.ModuleList(list(self.module))
+        edit(candidate)
+        return list(candidate)
+
+    def _edit_modules(self, edit: Callable[[nn.Module], None]) -> None:
+        """Apply ``edit`` to a copy of the container first: an edit that fails, or that would drop a
+        selected out key, leaves the sequence unchanged. Then to the container, and recompute the keys."""
+        modules = self._modules_after(edit)
         if self._select_before_return:
             _, out_keys = self._compute_in_and_out_keys(modules)
             missing = [key for key in self._out_keys_apparent if key not in out_keys]

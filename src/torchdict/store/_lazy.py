@@ -10,14 +10,13 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import torch
 
 from .._errors import locked_error, missing_key_error
-from .. import _options
 from .._keys import key_to_tuple
 from ..base import TensorDictBase
 from . import _schema
 from ._schema import LAZY_STACK, NODE
-from ._store import (STORE_BACKENDS, TensorDictStore, as_device, as_size, claim_root, open_connection, read_root)
+from ._store import (_MISSING, STORE_BACKENDS, TensorDictStore, as_device, as_size, claim_root, missing_entry,
+                     open_connection, read_root)
 
-_MISSING: Any = object()
 
 
 def _lazy_root_meta(count: int, stack_dim: int, inner: torch.Size, device: Optional[torch.device],
@@ -227,13 +226,7 @@ class LazyStackedTensorDictStore(TensorDictBase):
 
     def get(self, key: Any, default: Any = _MISSING) -> Any:
         value = self._read_key(key_to_tuple(key), _MISSING)
-        if value is _MISSING:
-            if default is not _MISSING:
-                return default
-            if _options.GET_DEFAULTS_TO_NONE:
-                return None
-            raise missing_key_error(key, self.keys())
-        return value
+        return value if value is not _MISSING else missing_entry(self, key, default)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(i, str) for i in index)):

@@ -78,6 +78,16 @@ def read_root(link: Any, td_id: str) -> dict:
     return meta
 
 
+def missing_entry(store: Any, key: Any, default: Any) -> Any:
+    """What ``store.get(key, default)`` gives for a key the store lacks: ``default`` when one was given, else
+    None or a KeyError (``set_get_defaults_to_none``), as ``TensorDict.get``."""
+    if default is not _MISSING:
+        return default
+    if _options.GET_DEFAULTS_TO_NONE:
+        return None
+    raise missing_key_error(key, store.keys())
+
+
 class TensorDictStore(TensorDictBase):
     """A TensorDict kept on a Redis-protocol server: every process that reaches the server shares it.
 
@@ -378,13 +388,7 @@ class TensorDictStore(TensorDictBase):
         """The entry at ``key`` (None, or ``default``, when missing, as TensorDict.get); a nested level is a
         store handle, a tensor a local copy."""
         value = self._read_path(key_to_tuple(key), _MISSING, through_leaf_default=default is not _MISSING)
-        if value is _MISSING:
-            if default is not _MISSING:
-                return default
-            if _options.GET_DEFAULTS_TO_NONE:
-                return None
-            raise missing_key_error(key, self.keys())
-        return value
+        return value if value is not _MISSING else missing_entry(self, key, default)
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(i, str) for i in index)):
