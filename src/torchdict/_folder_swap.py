@@ -21,7 +21,7 @@ Files of the new folder never share data with the target: an unchanged leaf alre
 the target is hard-linked (no copy), and a file with other links is replaced rather than
 rewritten in place (:func:`torchdict.memmap._open_for_write`). Saves to one path from several
 threads or processes run one after the other: the save holds an ``flock`` on the folder it
-writes. The folder whose save is replaced must hold nothing but a save (:func:`holds_only_a_save`):
+writes, and every change of the siblings' names happens under an ``flock`` on their parent. The folder whose save is replaced must hold nothing but a save (:func:`holds_only_a_save`):
 otherwise it is written in place, as before, so that no file of the user's is ever deleted.
 """
 from __future__ import annotations
@@ -201,6 +201,35 @@ def _lock(fd: int) -> None:
     fcntl.flock(fd, fcntl.LOCK_EX)
 
 
+class _ParentLock:
+    """An exclusive ``flock`` on the folder holding the siblings, around each change of their names.
+
+    The lock on a work folder serializes whole saves, but a folder is only locked once it
+    exists: taking or making the work folder, and retiring the replaced one, must not
+    interleave between savers (a fresh empty work folder could otherwise be replaced by
+    another saver's ``rename(spare, new)`` after its maker checked it). Held briefly, never
+    while waiting for a work folder's lock, so it cannot deadlock with them.
+    """
+
+    __slots__ = ("fd",)
+
+    def __init__(self, folder: str) -> None:
+        try:
+            self.fd = _open_folder(folder)
+        except OSError:  # an unreadable parent: saves to it are not serialized here
+            self.fd = -1
+
+    def __enter__(self) -> _ParentLock:
+        if self.fd >= 0:
+            _lock(self.fd)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the only descriptor releases the lock
+            self.fd = -1
+
+
 def _open_folder(path: str) -> int:
     flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     return os.open(path, flags)
@@ -258,15 +287,16 @@ class FolderSwap:
         try:
             # Hold the replaced folder too: a save arriving now waits until it is the spare.
             _lock(target_fd)
-            replaced = self._swap_in()
-            self.close()  # the work folder is the save now: abandon() leaves it alone
-            try:
-                _unmark(replaced)
-                spare = sibling(self.target, "spare")
-                _discard(spare)
-                os.rename(replaced, spare)
-            except OSError:
-                pass  # the replaced folder stays under its name; the next save reuses or removes it
+            with _ParentLock(os.path.dirname(self.target)):
+                replaced = self._swap_in()
+                self.close()  # the work folder is the save now: abandon() leaves it alone
+                try:
+                    _unmark(replaced)
+                    spare = sibling(self.target, "spare")
+                    _discard(spare)
+                    os.rename(replaced, spare)
+                except OSError:
+                    pass  # the replaced folder stays under its name; the next save reuses or removes it
         finally:
             os.close(target_fd)
 
@@ -295,13 +325,14 @@ class FolderSwap:
         if self.work_fd < 0:
             return  # committed
         try:
-            if _same_folder(self.work_fd, self.work):
-                _unmark(self.work)
-                spare = sibling(self.target, "spare")
-                if os.path.lexists(spare):
-                    _discard(self.work)
-                else:
-                    os.rename(self.work, spare)
+            with _ParentLock(os.path.dirname(self.target)):
+                if _same_folder(self.work_fd, self.work):
+                    _unmark(self.work)
+                    spare = sibling(self.target, "spare")
+                    if os.path.lexists(spare):
+                        _discard(self.work)
+                    else:
+                        os.rename(self.work, spare)
         except OSError:
             pass  # junk at worst; the next save removes it
         finally:
@@ -353,41 +384,51 @@ def begin_swap(target: str, shown: str) -> FolderSwap | None:
     if cwd == target or cwd.startswith(target + os.sep):
         return None  # the working directory would move along with the replaced folder
     work = sibling(target, "new")
-    for _ in range(16):
-        if os.path.lexists(work) and not _is_real_folder(work):
-            _discard(work)  # a file or a symlink at that name is never followed
-        if not os.path.lexists(work):
-            for kind in ("spare", "old"):
-                candidate = sibling(target, kind)
-                if _is_real_folder(candidate):
-                    try:
-                        os.rename(candidate, work)
-                        break
-                    except OSError:
-                        pass
-            else:
-                try:
-                    os.mkdir(work, 0o700)
-                except FileExistsError:
-                    pass
-                except OSError:
-                    return None
-        try:
-            fd = _open_folder(work)
-        except OSError:
-            continue  # renamed or replaced meanwhile
+    for _ in range(64):
+        with _ParentLock(parent):
+            if not _take_work_folder(target, work):
+                return None
+            try:
+                fd = _open_folder(work)
+            except OSError:
+                continue  # replaced meanwhile
         _lock(fd)  # waits while another save to this path runs
-        if _same_folder(fd, work):
-            break
+        with _ParentLock(parent):
+            if _same_folder(fd, work):
+                try:
+                    _unmark(work)
+                    for kind in ("spare", "old"):
+                        _discard(sibling(target, kind))  # leftovers: this save holds the only lock
+                    os.chmod(work, stat.S_IMODE(info.st_mode))  # the new folder is as private as the old one
+                except BaseException:
+                    os.close(fd)
+                    raise
+                return FolderSwap(target, shown, work, fd)
         os.close(fd)  # the folder we waited for was swapped in or retired: look again
-    else:
-        raise RuntimeError(f"Could not take the folder {work} to save beside {target}: it keeps changing.")
+    raise RuntimeError(f"Could not take the folder {work} to save beside {target}: it keeps changing.")
+
+
+def _take_work_folder(target: str, work: str) -> bool:
+    """Make ``work`` a real folder: the spare (or an interrupted swap's old folder) or a new one.
+
+    Called under the parent's lock. False when no folder can be made there (no permission).
+    """
+    if os.path.lexists(work):
+        if _is_real_folder(work):
+            return True
+        _discard(work)  # a file or a symlink at that name is never followed
+    for kind in ("spare", "old"):
+        candidate = sibling(target, kind)
+        if _is_real_folder(candidate):
+            try:
+                os.rename(candidate, work)
+                return True
+            except OSError:
+                pass
     try:
-        _unmark(work)
-        for kind in ("spare", "old"):
-            _discard(sibling(target, kind))  # leftovers: this save holds the only lock
-        os.chmod(work, stat.S_IMODE(info.st_mode))  # the new folder is as private as the old one
-    except BaseException:
-        os.close(fd)
-        raise
-    return FolderSwap(target, shown, work, fd)
+        os.mkdir(work, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    return True
