@@ -8,6 +8,8 @@ Names read back from ``meta.json`` go through :func:`is_safe_name` before use.
 """
 from __future__ import annotations
 
+from ._bounded_cache import BoundedCache
+
 __all__ = ["escape_key", "is_safe_name", "key_to_filename"]
 
 # Characters upstream tensordict escapes as %XX (kept identical so its folders load):
@@ -18,7 +20,7 @@ _FILE_SUFFIXES = (".memmap", ".pickle", ".json")
 # Filesystems cap a name at 255 bytes; leave room for the ".memmap"/".pickle" suffix.
 _MAX_NAME_BYTES = 200
 # (key, directory) -> name; saving the same structure again skips the escaping loop.
-_filename_cache: dict = {}
+_filename_cache: BoundedCache = BoundedCache(65536)
 
 
 def escape_key(key: str) -> str:
@@ -75,9 +77,7 @@ def key_to_filename(key: str, directory: bool = False) -> str:
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
         head = name.encode("utf-8")[: _MAX_NAME_BYTES - 18].decode("utf-8", "ignore")
         name = f"{head}%~{digest}"
-    if len(_filename_cache) < 65536:
-        _filename_cache[cache_key] = name
-    return name
+    return _filename_cache.put(cache_key, name)
 
 
 def is_safe_name(name: object) -> bool:

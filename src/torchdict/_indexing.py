@@ -29,6 +29,7 @@ import torch
 
 from ._apply import rewrap, unwrap
 from ._base import TensorCollection
+from ._bounded_cache import BoundedCache
 from ._errors import inplace_error, locked_error, slot_shape_error
 from ._write_checks import broadcasts_into, check_grad_writable
 from .memmap import PLAIN_ALIAS, plain_alias
@@ -64,7 +65,7 @@ def warn_user(message: str, category: type = FutureWarning) -> None:
 
 # --------------------------------------------------------------------------- the probe
 
-_PROBES: dict = {}
+_PROBES: BoundedCache = BoundedCache(512)
 
 
 def batch_probe(batch_size: torch.Size) -> torch.Tensor:
@@ -76,9 +77,7 @@ def batch_probe(batch_size: torch.Size) -> torch.Tensor:
     """
     probe = _PROBES.get(batch_size)
     if probe is None:
-        if len(_PROBES) > 512:
-            _PROBES.clear()
-        probe = _PROBES[batch_size] = torch.zeros((), dtype=torch.uint8).expand(batch_size)
+        probe = _PROBES.put(batch_size, torch.zeros((), dtype=torch.uint8).expand(batch_size))
     return probe
 
 
@@ -181,15 +180,13 @@ def indexed_batch_size(index: Any, batch_size: torch.Size) -> tuple:
 
 _tensor_getitem = torch.Tensor.__getitem__
 NO_BATCH = torch.Size(())
-_ROW_BATCH: dict = {}  # batch size -> the batch size without its first dim (td[i] is a hot path)
+_ROW_BATCH: BoundedCache = BoundedCache(512)  # batch size -> the batch size without its first dim (td[i] is a hot path)
 
 
 def _row_batch(batch: torch.Size) -> torch.Size:
     rest = _ROW_BATCH.get(batch)
     if rest is None:
-        if len(_ROW_BATCH) > 512:
-            _ROW_BATCH.clear()
-        rest = _ROW_BATCH[batch] = batch[1:]
+        rest = _ROW_BATCH.put(batch, batch[1:])
     return rest
 
 

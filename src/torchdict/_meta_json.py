@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ._bounded_cache import BoundedCache
 from ._filenames import is_safe_name
 from ._nofollow import open_in_folder, read_in_folder
 
@@ -82,7 +83,7 @@ def folder_meta(batch_size: torch.Size, names: Any, class_name: str | None, entr
 # ---------------------------------------------------------------------- writing
 # meta.json files this process wrote or verified: path -> ((inode, mtime_ns, size), meta dict).
 # Lets a repeated memmap_like see "same layout" with one stat instead of reading the file.
-_KNOWN_METAS: dict = {}
+_KNOWN_METAS: BoundedCache = BoundedCache(4096)
 
 
 def _stat_signature(path: str) -> tuple | None:
@@ -94,11 +95,9 @@ def _stat_signature(path: str) -> tuple | None:
 
 
 def _remember_meta(path: str, meta: dict) -> None:
-    if len(_KNOWN_METAS) > 4096:
-        _KNOWN_METAS.clear()
     signature = _stat_signature(path)
     if signature is not None:
-        _KNOWN_METAS[path] = (signature, meta)
+        _KNOWN_METAS.put(path, (signature, meta))
 
 
 def write_meta_atomic(folder: str, meta: dict) -> None:
@@ -159,7 +158,7 @@ def meta_unchanged(folder: str, meta: dict) -> bool:
         return False
     if type(existing) is not dict or type(existing.get("entries")) is not dict or not _same_meta(existing, meta):
         return False
-    _KNOWN_METAS[path] = (signature, meta)
+    _KNOWN_METAS.put(path, (signature, meta))
     return True
 
 

@@ -19,11 +19,12 @@ import torch
 
 from ._apply import flat_tensors, keep_non_tensor, rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
+from ._bounded_cache import BoundedCache
 from ._context import undo_to, write_back
 from ._convert import parse_batch_size, parse_device
 
 _Tensor = torch.Tensor
-_DEVICES: dict = {}  # device string -> torch.device, for the to(same device) fast path
+_DEVICES: BoundedCache = BoundedCache(64)  # device string -> torch.device, for the to(same device) fast path
 #: dtype -> the Tensor method casting to it (each returns the tensor itself when it already has the dtype).
 _CAST_METHODS = {
     torch.float64: _Tensor.double, torch.float32: _Tensor.float, torch.float16: _Tensor.half,
@@ -37,9 +38,7 @@ def _cached_device(name: str) -> Optional[torch.device]:
     """``torch.device(name)`` from a cache (``"cuda"`` alone is not cached: it means the current device)."""
     device = _DEVICES.get(name)
     if device is None and name != "cuda":
-        device = parse_device(name)
-        if len(_DEVICES) < 64:
-            _DEVICES[name] = device
+        device = _DEVICES.put(name, parse_device(name))
     return device
 
 

@@ -25,6 +25,7 @@ import torch
 
 from ._apply import flat_tensors, unwrap
 from ._base import TensorCollection
+from ._bounded_cache import BoundedCache
 from ._errors import keys_mismatch_error
 
 _Tensor = torch.Tensor
@@ -223,7 +224,8 @@ def operand_per_leaf(td: Any, leaves: list, value: Any, name: str) -> tuple:
 
 # --------------------------------------------------------------------------- in-place preflight
 
-_PREFLIGHT: dict = {}  # key -> None (the op works) or the exception it raised
+# key -> None (the op works) or (exception type, args) of what it raised: never the exception itself.
+_PREFLIGHT: BoundedCache = BoundedCache(4096)
 
 
 def empty_like_operand(value: Any) -> Any:
@@ -254,18 +256,28 @@ def preflight(key: Any, run: Any) -> None:
             cached = _PREFLIGHT.get(key, UNSUPPORTED)
         except TypeError:  # an unhashable part (e.g. a list kwarg): run it every time
             key = None
-    if cached is UNSUPPORTED:
-        cached = None
-        try:
-            run()
-        except Exception as error:  # noqa: BLE001 - re-raised below as torch raised it
-            cached = error
-        if key is not None:
-            if len(_PREFLIGHT) > 4096:
-                _PREFLIGHT.clear()
-            _PREFLIGHT[key] = cached
-    if cached is not None:
-        raise cached.with_traceback(None)
+    if cached is None:
+        return
+    if cached is not UNSUPPORTED:
+        error_type, args = cached
+        raise error_type(*args)
+    try:
+        run()
+    except Exception as error:  # noqa: BLE001 - re-raised as torch raised it
+        if key is not None and _rebuilds(error):
+            _PREFLIGHT.put(key, (type(error), error.args))
+        raise error.with_traceback(None) from None
+    if key is not None:
+        _PREFLIGHT.put(key, None)
+
+
+def _rebuilds(error: Exception) -> bool:
+    """True when ``type(error)(*error.args)`` gives the same error (so the cache can raise it again)."""
+    try:
+        again = type(error)(*error.args)
+    except Exception:  # noqa: BLE001 - a constructor that wants more than its args: not cached
+        return False
+    return str(again) == str(error)
 
 
 def check_inplace_shapes(leaves: list, others: Any) -> None:

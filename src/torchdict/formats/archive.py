@@ -38,6 +38,8 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
+from .._bounded_cache import BoundedCache
+
 __all__ = [
     "ARCHIVE_SUFFIX",
     "is_memmap_archive",
@@ -567,7 +569,7 @@ def _index(path: str) -> tuple:
 
 
 # Archives whose entries were checked in this process: real path -> (stat signature, names checked).
-_VERIFIED: dict = {}
+_VERIFIED: BoundedCache = BoundedCache(1024)
 _VERIFIED_LOCK = threading.Lock()
 
 
@@ -593,9 +595,7 @@ def _remember_verified(path: str, names: Iterable[str] | None) -> None:
             checked = known[1] | set(names)
         else:
             checked = set(names)
-        if len(_VERIFIED) > 1024:
-            _VERIFIED.clear()
-        _VERIFIED[real] = (signature, checked)
+        _VERIFIED.put(real, (signature, checked))
 
 
 def _already_verified(path: str, name: str) -> bool:
