@@ -19,7 +19,7 @@ MEMOS = [
     ("torchdict._operands", "_PREFLIGHT"),
     ("torchdict._filenames", "_filename_cache"),
     ("torchdict._moves", "_DEVICES"),
-    ("torchdict.formats.archive", "_VERIFIED"),
+    ("torchdict.formats._archive_reading", "_VERIFIED"),
 ]
 
 
