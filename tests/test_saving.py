@@ -693,7 +693,8 @@ def test_an_unregistered_collection_class_is_refused_on_load(tmp_path, monkeypat
 
 
 def test_the_functional_api_stays_importable_from_torchdict_saving(tmp_path):
-    from torchdict.saving import PersistenceMixin, load_memmap, register_saved_class
+    from torchdict._persistence_mixin import PersistenceMixin
+    from torchdict.saving import load_memmap, register_saved_class
 
     source = make_td()
     source.memmap(tmp_path)

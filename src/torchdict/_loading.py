@@ -337,7 +337,7 @@ def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *, 
                 num_threads: int = 0, allow_pickle: bool | None = None, cls: type | None = None) -> Any:
     """Load a folder or ``.tdz`` archive written by ``memmap`` (or by upstream tensordict 0.15.x), mapping its files.
 
-    See :meth:`torchdict.saving.PersistenceMixin.load_memmap`. ``robust_key`` is accepted for upstream's
+    See :meth:`torchdict._persistence_mixin.PersistenceMixin.load_memmap`. ``robust_key`` is accepted for upstream's
     signature: both the escaped and the legacy file names of upstream folders are looked up, and
     torchdict folders record every file name, so it changes nothing.
 

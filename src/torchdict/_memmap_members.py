@@ -168,7 +168,7 @@ def _add_leaf(td: Any, key: Any, shape: torch.Size, dtype: torch.dtype, store: A
 
 
 def make_memmap(td: Any, key: Any, shape: Any, *, dtype: torch.dtype | None, robust_key: bool | None) -> Any:
-    """See :meth:`torchdict.saving.PersistenceMixin.make_memmap`."""
+    """See :meth:`torchdict._persistence_mixin.PersistenceMixin.make_memmap`."""
     size = _as_size(shape)
     dtype = torch.get_default_dtype() if dtype is None else dtype
 
@@ -183,7 +183,7 @@ def make_memmap(td: Any, key: Any, shape: Any, *, dtype: torch.dtype | None, rob
 
 def make_memmap_from_tensor(td: Any, key: Any, tensor: torch.Tensor, *, copy_data: bool, existsok: bool,
                             robust_key: bool | None) -> Any:
-    """See :meth:`torchdict.saving.PersistenceMixin.make_memmap_from_tensor`."""
+    """See :meth:`torchdict._persistence_mixin.PersistenceMixin.make_memmap_from_tensor`."""
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"make_memmap_from_tensor expects a torch.Tensor, got {type(tensor).__name__}.")
 
@@ -201,7 +201,7 @@ def make_memmap_from_tensor(td: Any, key: Any, tensor: torch.Tensor, *, copy_dat
 
 def make_memmap_from_storage(td: Any, key: Any, storage: Any, shape: Any, *, dtype: torch.dtype | None,
                              robust_key: bool | None) -> Any:
-    """See :meth:`torchdict.saving.PersistenceMixin.make_memmap_from_storage`."""
+    """See :meth:`torchdict._persistence_mixin.PersistenceMixin.make_memmap_from_storage`."""
     size = _as_size(shape)
     dtype = torch.get_default_dtype() if dtype is None else dtype
     untyped = storage.untyped() if isinstance(storage, torch.TypedStorage) else storage

@@ -54,7 +54,7 @@ from .distributed import DistributedMixin
 from ._module_swap import ModuleMixin
 from .nontensor import NonTensorData, NonTensorStack
 from .parallel import ParallelMixin
-from .saving import PersistenceMixin
+from ._persistence_mixin import PersistenceMixin
 
 __all__ = ["TensorDict"]
 
