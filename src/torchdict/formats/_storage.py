@@ -23,10 +23,11 @@ import torch
 
 __all__ = [
     "STACK_ATTR", "TENSOR", "DATA", "STACK", "GROUP", "torch_dtype_of", "numpy_of", "unstorable_dtype_error",
-    "ReadOnlyStorageError", "native", "all_of_type",
+    "ReadOnlyStorageError", "native", "all_of_type", "make_backend",
 ]
 
 STACK_ATTR = "__tensordict_stack__"
+_BACKENDS = ("h5", "zarr")
 
 # The kinds of node a backend reports.
 TENSOR, DATA, STACK, GROUP = "tensor", "data", "stack", "group"
@@ -108,3 +109,17 @@ def python_value(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def make_backend(name: str, what: str, locking: Any = None) -> Any:
+    """The backend object for ``name`` (its library imported now; an ImportError names the extra)."""
+    if name == "h5":
+        from ._h5_backend import H5Backend
+
+        return H5Backend(what, locking)
+    if name == "zarr":
+        from ._zarr_backend import ZarrBackend
+
+        return ZarrBackend(what)
+    # upstream's error type for an unknown backend
+    raise NotImplementedError(f"Unknown backend {name!r}. Supported backends are {sorted(_BACKENDS)}.")

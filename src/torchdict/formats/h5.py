@@ -19,14 +19,8 @@ imported when a file is opened; a missing library raises an ImportError naming t
 """
 from __future__ import annotations
 
-import os
-import tempfile
-import warnings
-from functools import partial
-from numbers import Number
 from typing import Any, Callable, Iterator, List, Optional, Sequence
 
-import numpy as np
 import torch
 
 from .._base import TensorCollection
@@ -35,28 +29,13 @@ from .._errors import MessageKeyError, locked_error, missing_key_error, through_
 from .._keys import key_to_tuple
 from ..base import TensorDictBase
 from ..nontensor import NonTensorData, NonTensorStack
-from ._rows import RowPlan, plan_rows
-from ._storage import DATA, GROUP, STACK, TENSOR, check_storable, numpy_of
+from ._h5_copies import PersistentCopiesMixin
+from ._h5_rows import _NON_TENSOR, PersistentRowsMixin, _as_collection
+from ._storage import DATA, GROUP, STACK, TENSOR, check_storable, make_backend, numpy_of
 
 __all__ = ["PersistentTensorDict", "from_h5", "to_h5"]
 
 _MISSING: Any = object()
-_NON_TENSOR = (NonTensorData, NonTensorStack)
-_BACKENDS = ("h5", "zarr")
-
-
-def make_backend(name: str, what: str, locking: Any = None) -> Any:
-    """The backend object for ``name`` (its library imported now; an ImportError names the extra)."""
-    if name == "h5":
-        from ._h5_backend import H5Backend
-
-        return H5Backend(what, locking)
-    if name == "zarr":
-        from ._zarr_backend import ZarrBackend
-
-        return ZarrBackend(what)
-    # upstream's error type for an unknown backend
-    raise NotImplementedError(f"Unknown backend {name!r}. Supported backends are {sorted(_BACKENDS)}.")
 
 
 def _nest(flat: list, shape: Sequence[int]) -> Any:
@@ -72,13 +51,6 @@ def _flatten(values: Any, ndim: int) -> list:
     return [item for value in values for item in _flatten(value, ndim - 1)]
 
 
-def _as_collection(value: Any) -> Any:
-    """A tensorclass instance as the TensorDict holding its fields; any other value as it is."""
-    if isinstance(value, TensorCollection) and not isinstance(value, TensorDictBase):
-        return getattr(value, "_tensordict")
-    return value
-
-
 def _common_prefix(shapes: Sequence[Sequence[int]], limit: Optional[int]) -> torch.Size:
     common: list = []
     if shapes:
@@ -89,7 +61,7 @@ def _common_prefix(shapes: Sequence[Sequence[int]], limit: Optional[int]) -> tor
     return torch.Size(common)
 
 
-class PersistentTensorDict(TensorDictBase):
+class PersistentTensorDict(PersistentRowsMixin, PersistentCopiesMixin, TensorDictBase):
     """A collection kept in an HDF5 file (``backend="h5"``, needs h5py) or a zarr store (``backend="zarr"``).
 
     Open one with :func:`from_h5` / :func:`~torchdict.formats.zarr.from_zarr` (or ``TensorDict.from_h5``),
@@ -630,176 +602,6 @@ class PersistentTensorDict(TensorDictBase):
             self.set_(key, source.get(key))
         return self
 
-    # ------------------------------------------------------------------ rows
-    def _index(self, index: Any) -> Any:
-        plan = plan_rows(index, self.batch_size)
-        result = self._read_rows(plan)
-        if self._names is not None:
-            from ..tensordict import TensorDict
-
-            names = TensorDict({}, batch_size=self.batch_size, names=self._names)[plan.index].names
-            if any(name is not None for name in names):
-                result.names = names
-        return result
-
-    def _read_rows(self, plan: RowPlan) -> Any:
-        from ..tensordict import TensorDict
-
-        storage = self._storage
-        entries: dict = {}
-        for key in self._keys_str():
-            node = self._node(key)
-            kind = self._kind(node)
-            if kind == TENSOR:
-                if not plan.batch_size.numel():
-                    # nothing selected: the empty result's shape is known without reading
-                    shape = plan.batch_size + torch.Size(storage.shape(node))[plan.source_dims:]
-                    entries[key] = self._to_device(torch.empty(shape, dtype=storage.dtype(node)))
-                    continue
-                tensor = plan.read(partial(storage.read_at, node), partial(storage.read_all, node))
-                entries[key] = self._to_device(tensor)
-            elif kind == GROUP:
-                entries[key] = self._child(key, node)._read_rows(plan)
-            else:
-                entries[key] = self._read_node(key, node)[plan.index]
-        batch = plan.batch_size + self.batch_size[plan.source_dims:]
-        return TensorDict(entries, batch_size=batch, device=self._device)
-
-    def __getitems__(self, indices: Any) -> Any:
-        """The rows ``indices`` as one ``TensorDict`` (what a ``DataLoader`` asks a dataset for a batch)."""
-        return self[indices]
-
-    def get_at(self, key: Any, index: Any, default: Any = _MISSING) -> Any:
-        """``td.get(key)[index]``, reading only the selected rows of the dataset."""
-        keys = key_to_tuple(key)
-        if keys not in self and not (len(keys) == 1 and keys[0] in self):
-            if default is _MISSING:
-                raise missing_key_error(key, self.keys(include_nested=True))
-            return default
-        parent, node = self._locate(keys)
-        kind = parent._kind(node)
-        if kind == TENSOR:
-            plan = plan_rows(index, torch.Size(parent._storage.shape(node)))
-            return parent._to_device(plan.read(partial(parent._storage.read_at, node),
-                                               partial(parent._storage.read_all, node)))
-        if kind == GROUP:
-            return parent._child(keys[-1], node)[index]
-        return parent._read_node(keys[-1], node)[index]
-
-    def _set_at(self, index: Any, value: Any) -> None:
-        plan = plan_rows(index, self.batch_size)
-        self._check_writable()
-        writes: list = []
-        if isinstance(value, (Number, np.generic)) or (isinstance(value, torch.Tensor) and value.dim() == 0):
-            # as upstream: a number goes into every tensor entry; the non-tensor ones are left alone
-            scalar = torch.as_tensor(value)
-            for key, node in self._tensor_nodes():
-                writes.append((node, torch.as_tensor(scalar.item(), dtype=self._storage.dtype(node))))
-        elif isinstance(value, torch.Tensor):
-            for key, node in self._tensor_nodes():
-                writes.append((node, value))
-        else:
-            writes = self._planned_row_writes(plan, value)
-        # every value is cast and shaped before the first write: a refused one writes nothing
-        prepared = []
-        for node, tensor in writes:
-            shape = torch.Size(self._storage.shape(node))
-            target = plan.batch_size + shape[plan.source_dims:]
-            try:
-                prepared.append((node, tensor.to(self._storage.dtype(node)).expand(target), shape))
-            except RuntimeError as err:
-                raise RuntimeError(
-                    f"td[index] = value: a value of shape {tuple(tensor.shape)} does not fit the indexed slot of "
-                    f"shape {tuple(target)} (the dataset has shape {tuple(shape)}).") from err
-        storage = self._storage
-        if not plan.batch_size.numel():
-            return  # no row selected: nothing to write (the values were checked above)
-        for node, tensor, shape in prepared:
-            plan.write(tensor, shape, partial(storage.write_at, node), partial(storage.read_all, node),
-                       partial(storage.write_all, node), storage.dtype(node))
-
-    def _planned_row_writes(self, plan: RowPlan, value: Any) -> list:
-        """(node, tensor) for each leaf of ``value`` written at ``plan`` (missing datasets created first)."""
-        from ..tensordict import TensorDict
-
-        value = _as_collection(value)
-        if not isinstance(value, TensorDictBase):
-            try:
-                value = TensorDict(value, batch_size=plan.batch_size)
-            except RuntimeError:
-                value = TensorDict(value, batch_size=[])
-        if value.batch_size != plan.batch_size:
-            try:
-                value = value.expand(plan.batch_size)
-            except RuntimeError as err:
-                raise RuntimeError(f"Cannot broadcast the tensordict of batch size {value.batch_size} to the shape "
-                                   f"of the indexed persistent tensordict {plan.batch_size}.") from err
-        leaves = value.items(True, True, is_leaf=lambda cls: not issubclass(cls, TensorDictBase))
-        for key, leaf in leaves:
-            if isinstance(leaf, _NON_TENSOR):
-                raise RuntimeError(f"Cannot write the non-tensor entry {key!r} at an index of a "
-                                   "PersistentTensorDict: it is written as a whole. Set the entry instead.")
-            check_storable(leaf, "td[index] = value", key, self._storage.format_name)
-        new_keys = [key for key, _ in leaves if key not in self]
-        if new_keys and self._locked:
-            raise locked_error()
-        for key, leaf in leaves:
-            # a value that can't fill its slot is refused before a new entry is made
-            if key not in new_keys:
-                parent, node = self._locate(key_to_tuple(key))
-                if parent._kind(node) == TENSOR:
-                    target = plan.batch_size + torch.Size(parent._storage.shape(node))[plan.source_dims:]
-                    try:
-                        leaf.expand(target)
-                    except RuntimeError as err:
-                        raise RuntimeError(
-                            f"td[index] = value: the value at {key!r} has shape {tuple(leaf.shape)}, which does not "
-                            f"fit the indexed slot of shape {tuple(target)}.") from err
-        writes = []
-        for key, leaf in leaves:
-            keys = key_to_tuple(key)
-            if key in new_keys:
-                # as on a TensorDict: a new entry, zeros outside the rows written
-                shape = self.batch_size + leaf.shape[len(plan.batch_size):]
-                self.set(keys, torch.zeros(shape, dtype=leaf.dtype))
-            parent, node = self._locate(keys)
-            if parent._kind(node) != TENSOR:
-                raise RuntimeError(f"td[index] = value: the entry at {key!r} is not a tensor in the file.")
-            writes.append((node, leaf))
-        return writes
-
-    def set_at_(self, key: Any, value: Any, index: Any) -> "PersistentTensorDict":
-        """``td[key][index] = value``, writing only those rows of the dataset."""
-        keys = key_to_tuple(key)
-        parent, node = self._locate(keys)
-        if parent._kind(node) != TENSOR:
-            raise RuntimeError(f"set_at_: the entry at {key!r} is not a tensor dataset.")
-        parent._check_writable()
-        storage = parent._storage
-        shape = torch.Size(storage.shape(node))
-        plan = plan_rows(index, shape)
-        tensor = value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
-        tensor = tensor.to(storage.dtype(node)).expand(plan.batch_size)
-        plan.write(tensor, shape, partial(storage.write_at, node), partial(storage.read_all, node),
-                   partial(storage.write_all, node), storage.dtype(node))
-        return self
-
-    def update_at_(self, input_dict_or_td: Any, idx: Any, clone: bool = False, *, non_blocking: bool = False,
-                   keys_to_update: Optional[Sequence[Any]] = None) -> "PersistentTensorDict":
-        """Write the entries of ``input_dict_or_td`` at the rows ``idx`` (every key must exist)."""
-        from ..tensordict import TensorDict
-
-        value = input_dict_or_td
-        if not isinstance(value, TensorDictBase):
-            value = TensorDict(value, batch_size=[])
-        if keys_to_update is not None:
-            value = value.select(*keys_to_update, strict=False)
-        missing = [key for key in value.keys(True, True) if key not in self]
-        if missing:
-            raise missing_key_error(missing[0], self.keys(include_nested=True))
-        self._set_at(idx, value)
-        return self
-
     # ------------------------------------------------------------------ whole-collection reads
     def _dense(self) -> Any:
         from ..tensordict import TensorDict
@@ -874,104 +676,6 @@ class PersistentTensorDict(TensorDictBase):
         self._names = None
         return self
 
-    # ------------------------------------------------------------------ copies and moves
-    def clone(self, recurse: bool = True, **kwargs: Any) -> "PersistentTensorDict":
-        """``recurse=False``: a new tensordict over the same file. Otherwise a copy of the file, at
-        ``newfile=`` (a temporary file, with a warning, when not given), as upstream."""
-        if not recurse:
-            return self._shallow_copy(self._group)
-        newfile = kwargs.get("newfile")
-        if newfile is None:
-            warnings.warn(
-                "PersistentTensorDict.clone() copies the file: pass newfile=<path> to choose where (a temporary "
-                "file is used now), or clone(recurse=False) for another tensordict over the same file, or "
-                "to_tensordict() for an in-memory copy.", UserWarning, stacklevel=2)
-            handle, newfile = tempfile.mkstemp(suffix=".h5" if self.backend == "h5" else ".zarr")
-            os.close(handle)
-            if self.backend == "zarr":
-                os.unlink(newfile)
-        storage = make_backend(self.backend, "clone", type(self).LOCKING)  # one backend per open file
-        storage.allow_pickle = self._storage.allow_pickle
-        group = storage.copy_file(self._group, os.fspath(newfile))
-        clone = self._shallow_copy(group, storage)
-        clone.filename = newfile
-        clone.mode = "r+"
-        return clone
-
-    def _shallow_copy(self, group: Any, storage: Any = None) -> "PersistentTensorDict":
-        storage = self._storage if storage is None else storage
-        clone = PersistentTensorDict._over(storage, group, self._batch_size, self._device,
-                                           self._non_tensor_as_stack, self._options, self.filename, self.mode)
-        clone._names = None if self._names is None else list(self._names)
-        for key, child in self._children.items():
-            node = storage.child(group, key)
-            if node is not None and storage.kind(node) == GROUP:
-                clone._children[key] = child._shallow_copy(node, storage)
-        return clone
-
-    def copy(self) -> "PersistentTensorDict":
-        """A new tensordict over the same file (upstream's shallow copy)."""
-        return self.clone(recurse=False)
-
-    def to(self, *args: Any, **kwargs: Any) -> Any:
-        """A device alone gives a tensordict over the same file that reads onto that device (nothing is read
-        now); any other conversion reads the entries into an in-memory ``TensorDict``."""
-        device = _only_device(args, kwargs)
-        if device is not _MISSING:
-            device = parse_device(device)
-            if device == self._device:
-                return self
-            clone = self.clone(recurse=False)
-            clone._set_device(device)
-            return clone
-        return self._dense().to(*args, **kwargs)
-
-    def _set_device(self, device: Optional[torch.device]) -> None:
-        self._device = device
-        for child in self._children.values():
-            child._set_device(device)
-
-    # ------------------------------------------------------------------ pickling
-    def __getstate__(self) -> dict:
-        filename, path = self._storage.location(self._group)
-        if filename is None:
-            raise TypeError("This PersistentTensorDict's store is not a file or folder: it can't be pickled.")
-        state = {
-            "backend": self.backend, "filename": filename, "path": path,
-            # reopened read-only when opened so, else for reading and writing: never truncated again
-            "mode": "r" if self._storage.is_read_only(self._group) else "r+",
-            "allow_pickle": self._storage.allow_pickle, "tree": self._tree_state(),
-            "device": self._device, "non_tensor_as_stack": self._non_tensor_as_stack, "options": self._options,
-            "user_filename": self.filename, "user_mode": self.mode,
-        }
-        return state
-
-    def _tree_state(self) -> dict:
-        return {"batch_size": list(self._batch_size), "names": self._names, "locked": self._locked,
-                "children": {key: child._tree_state() for key, child in self._children.items()}}
-
-    def __setstate__(self, state: dict) -> None:
-        storage = make_backend(state["backend"], "PersistentTensorDict", type(self).LOCKING)
-        storage.allow_pickle = state["allow_pickle"]
-        group = storage.reopen(state["filename"], state["path"], state["mode"])
-        fresh = PersistentTensorDict._over(storage, group, torch.Size(state["tree"]["batch_size"]),
-                                           state["device"], state["non_tensor_as_stack"], state["options"],
-                                           state["user_filename"], state["user_mode"])
-        self.__dict__.update(fresh.__dict__)
-        self._restore_tree(state["tree"])
-
-    def _restore_tree(self, tree: dict) -> None:
-        self._batch_size = torch.Size(tree["batch_size"])
-        self._names = tree["names"]
-        self._locked = tree["locked"]
-        for key, sub in tree["children"].items():
-            node = self._storage.child(self._group, key)
-            if node is not None and self._storage.kind(node) == GROUP:
-                child = PersistentTensorDict._over(self._storage, node, torch.Size(sub["batch_size"]),
-                                                   self._device, self._non_tensor_as_stack, self._options)
-                self._children[key] = child
-                child._restore_tree(sub)
-
     # ------------------------------------------------------------------ constructors
     @classmethod
     def from_dict(cls, input_dict: Any, filename: Any, *, auto_batch_size: bool = False, batch_size: Any = None,
@@ -999,6 +703,8 @@ class PersistentTensorDict(TensorDictBase):
             source = source.to_tensordict() if isinstance(source, PersistentTensorDict) else \
                 source.clone(False)  # type: ignore[attr-defined]
             source.batch_size = batch_size
+        from ._h5_files import write_file  # _h5_files builds on this module
+
         out = write_file(source, filename, backend, "from_dict", allow_pickle, kwargs)
         if device is not None:
             out._set_device(parse_device(device))
@@ -1089,77 +795,12 @@ def _check_tree(storage: Any, source: Any, what: str, prefix: Any) -> None:
             _check_tree(storage, value, what, full)
 
 
-def _only_device(args: tuple, kwargs: dict) -> Any:
-    """The device when ``to(...)`` is given a device and nothing else, else _MISSING."""
-    if kwargs and set(kwargs) - {"device", "non_blocking"}:
-        return _MISSING
-    if len(args) == 1 and not kwargs.get("device") and isinstance(args[0], (str, torch.device, int)):
-        if isinstance(args[0], str):
-            try:
-                return torch.device(args[0])
-            except RuntimeError:
-                return _MISSING
-        return args[0]
-    if not args and "device" in kwargs:
-        return kwargs["device"]
-    return _MISSING
-
-
-# ---------------------------------------------------------------------- writing a whole file
-def write_file(source: Any, filename: Any, backend: str, what: str, allow_pickle: Optional[bool],
-               options: dict) -> PersistentTensorDict:
-    """Write ``source`` to a new file at ``filename`` (nothing there until it is complete) and open it."""
-    storage = make_backend(backend, what, PersistentTensorDict.LOCKING)
-    _check_tree(storage, source, what, ())
-    if backend == "zarr":
-        from ._zarr_backend import write_store
-
-        group = write_store(storage, filename, lambda root: _fill(storage, root, source, options))
-        storage.allow_pickle = True if allow_pickle is None else allow_pickle  # written by this very call
-    else:
-        from ._write_target import atomic_target
-
-        with atomic_target(filename) as partial:
-            root = storage.open(partial, "w")
-            try:
-                _fill(storage, root, source, options)
-            finally:
-                storage.close(root)
-        group = storage.open(filename, "r+")
-    out = PersistentTensorDict._over(storage, group, source.batch_size, None, False, options, filename, "r+")
-    _adopt_layout(out, source)
-    return out
-
-
-def _fill(storage: Any, root: Any, source: Any, options: dict) -> None:
-    td = PersistentTensorDict._over(storage, root, source.batch_size, None, False, options)
-    td._write_tree(source, fresh=True)
-    storage.finish(root)
-
-
-def _adopt_layout(target: PersistentTensorDict, source: Any) -> None:
-    """Give ``target`` (just written from ``source``) the batch sizes and names of ``source``'s levels."""
-    source = _as_collection(source)
-    target._batch_size = source.batch_size
-    target._names = _names_of(source)
-    for key in source.keys():
-        value = source.get(key) if not isinstance(source, PersistentTensorDict) else None
-        if isinstance(source, PersistentTensorDict):
-            node = source._node(key)
-            if source._kind(node) != GROUP:
-                continue
-            value = source._child(key, node)
-        if isinstance(value, TensorCollection) and not isinstance(value, _NON_TENSOR):
-            node = target._node(key)
-            if node is not None and target._kind(node) == GROUP:
-                # written from ``value`` just now: its datasets fit its batch size, no need to read them
-                _adopt_layout(target._child(key, node, check=False), value)
-
-
+# ---------------------------------------------------------------------- the files (written and opened by _h5_files.py)
 def to_h5(collection: Any, filename: Any, **kwargs: Any) -> PersistentTensorDict:
     """Write ``collection`` to a new HDF5 file (replacing one at ``filename`` only once complete)."""
-    source = collection
-    source = _as_collection(source)
+    from ._h5_files import write_file  # _h5_files builds on this module
+
+    source = _as_collection(collection)
     return write_file(source, filename, "h5", "to_h5", None, kwargs)
 
 
@@ -1170,89 +811,7 @@ def from_h5(h5_file: Any, *, mode: str = "r", auto_batch_size: bool = False, bat
     Without ``batch_size``, each group's batch size is the largest its datasets share (HDF5 files store
     none); ``auto_batch_size=True`` does the same with at most ``batch_dims`` dims.
     """
+    from ._h5_files import open_file  # _h5_files builds on this module
+
     return open_file(h5_file, "h5", "from_h5", mode, auto_batch_size, batch_dims, batch_size,
                      non_tensor_as_stack, None)
-
-
-def open_file(filename: Any, backend: str, what: str, mode: str, auto_batch_size: bool,
-              batch_dims: Optional[int], batch_size: Any, non_tensor_as_stack: bool,
-              allow_pickle: Optional[bool]) -> PersistentTensorDict:
-    if auto_batch_size and batch_size is not None:
-        raise TypeError(f"Conflicting batch sizes in {what}: batch_size and auto_batch_size cannot be both "
-                        "specified.")
-    storage = make_backend(backend, what, PersistentTensorDict.LOCKING)
-    storage.allow_pickle = allow_pickle
-    if allow_pickle is not None and not isinstance(allow_pickle, bool):
-        raise TypeError("allow_pickle must be a bool or None.")
-    group = storage.open(filename, mode)
-    try:
-        out = PersistentTensorDict._over(storage, group, torch.Size(batch_size or ()), None, non_tensor_as_stack,
-                                         {}, filename, mode)
-        if batch_size is not None:
-            out._check_batch_size(out._batch_size)
-        else:
-            _stored_or_inferred(out)
-        if auto_batch_size:
-            out.auto_batch_size_(batch_dims)
-        elif batch_dims is not None:
-            _warn_batch_dims_ignored(out, what, batch_dims, batch_size)
-    except BaseException:
-        storage.close(group)
-        raise
-    return out
-
-
-def _stored_or_inferred(td: PersistentTensorDict) -> None:
-    """The batch size a zarr group recorded, else the largest its entries share (each group its own)."""
-    metadata = td._storage.group_metadata(td._group)
-    stored = metadata.get("batch_size") if metadata else None
-    if stored is not None:
-        td._check_batch_size(torch.Size(stored))
-        td._batch_size = torch.Size(stored)
-        names = metadata.get("names")
-        if names and len(names) == len(stored):
-            td._names = list(names)
-        for key in td._keys_str():
-            node = td._node(key)
-            if td._kind(node) == GROUP:
-                td._child(key, node)  # its own recorded batch size
-        return
-    shapes = []
-    for key in td._keys_str():  # one look at each node: opening a file with many entries is this loop
-        node = td._node(key)
-        if node is None:  # a link to nothing (soft or external): upstream's KeyError, on open
-            raise MessageKeyError(f"key {key!r} not found in PersistentTensorDict: its link in "
-                                  f"{td._storage.describe(td._group)} leads to no object.")
-        kind = td._kind(node)
-        if kind == GROUP:
-            child = td._child(key, node)
-            _stored_or_inferred(child)
-            shapes.append(child.batch_size)
-        elif kind == TENSOR:
-            shapes.append(torch.Size(td._storage.shape(node)))
-        elif kind == STACK:
-            shapes.append(td._storage.stack_shape(node))
-    td._batch_size = _common_prefix(shapes, None)
-
-
-def _warn_batch_dims_ignored(td: PersistentTensorDict, what: str, batch_dims: int, batch_size: Any) -> None:
-    if batch_size is None:
-        probe = td.clone(recurse=False).auto_batch_size_(batch_dims)
-        if _same_layout(probe, td):
-            return
-    advice = ("Drop batch_dims to keep today's result." if batch_size is not None
-              else "Pass auto_batch_size=True to get that result now, or drop batch_dims.")
-    warnings.warn(f"{what} ignores batch_dims={batch_dims} without auto_batch_size=True. Starting with TensorDict "
-                  "0.17, the default will change to turning auto_batch_size on when batch_dims is given, as "
-                  f"from_dict does. {advice}", FutureWarning, stacklevel=4)
-
-
-def _same_layout(first: PersistentTensorDict, second: PersistentTensorDict) -> bool:
-    if first.batch_size != second.batch_size:
-        return False
-    for key in second._keys_str():
-        node = second._node(key)
-        if second._kind(node) == GROUP and not _same_layout(first._child(key, first._node(key)),
-                                                            second._child(key, node)):
-            return False
-    return True

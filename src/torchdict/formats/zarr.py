@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .h5 import PersistentTensorDict, _as_collection, open_file, write_file
+from ._h5_files import open_file, write_file
+from ._h5_rows import _as_collection
+from .h5 import PersistentTensorDict
 
 __all__ = ["to_zarr", "from_zarr"]
 
