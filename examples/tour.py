@@ -170,9 +170,13 @@ def _distributed_worker(rank: int, port: int) -> None:
     if rank == 1:
         data["a"] += 41
         data.isend(dst=0)
+        data.consolidate().send(dst=0, consolidated=True)  # one buffer, one message (upstream's protocol)
     else:
         data.irecv(src=1)
         print("worker 0 received a =", data["a"].item(), " b.c =", data["b", "c"].item())
+        inbox = TensorDict({"a": torch.zeros(()), ("b", "c"): torch.zeros(())}, []).consolidate(metadata=True)
+        inbox.recv(src=1, consolidated=True)  # into its consolidated storage: every leaf at once
+        print("consolidated recv: a =", inbox["a"].item(), " b.c =", inbox["b", "c"].item())
     dist.destroy_process_group()
 
 
@@ -370,6 +374,10 @@ def collections() -> None:
     ragged = lazy_stack([TensorDict(obs=torch.zeros(3, i + 1), batch_size=[3]) for i in range(2)], dim=1)
     print("ragged lazy stack:", type(ragged.view(-1)).__name__, ragged.view(-1).batch_size,
           "| padded:", ragged.get("obs", as_padded_tensor=True).shape)
+    # Episodes of different lengths: the members' batch sizes differ, the stack's has -1 there.
+    episodes = lazy_stack([TensorDict(reward=torch.ones(n, 1), batch_size=[n]) for n in (5, 3, 7)])
+    print("episodes:", episodes.batch_size, "| returns:", [ep["reward"].sum().item() for ep in episodes.unbind(0)],
+          "| first steps:", episodes[:, 0].batch_size)
 
 
 def nn_modules() -> None:
@@ -521,6 +529,41 @@ def tables_and_files() -> None:
     print("struct array:", shared["score"].tolist(), shared.to_struct_array().dtype.names)
 
 
+def tensorclass_readers() -> None:
+    section("Tensorclasses from tables and files, and in lazy stacks")
+    from typing import Optional
+
+    import numpy as np
+    import pandas as pd
+
+    @tensorclass
+    class Step:
+        reward: torch.Tensor
+        step: torch.Tensor
+        who: Optional[str] = None
+
+    steps = Step.from_pandas(pd.DataFrame({"reward": [1.0, 0.0, 2.0], "step": [0, 1, 2]}))
+    print("Step.from_pandas:", type(steps).__name__, steps.batch_size, steps.reward.tolist(), "| who:", steps.who)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "steps.parquet")
+        TensorDict(reward=steps.reward, step=steps.step, who=["ann", "bob", "cy"], batch_size=[3]).to_parquet(path)
+        back = Step.from_parquet(path)  # through pyarrow: one string per row
+        print("Step.from_parquet row 1:", back[1].who, back[1].step.item())
+        csv = os.path.join(folder, "steps.csv")
+        pd.DataFrame({"reward": [1.0], "step": [0], "extra": [5]}).to_csv(csv, index=False)
+        try:
+            Step.from_csv(csv)
+        except ValueError as err:
+            print("Step.from_csv refuses a column that is not a field:", "extra" in str(err))
+    records = np.array([(0.5, 7), (1.5, 8)], dtype=[("reward", "f4"), ("step", "i8")])
+    print("Step.from_struct_array:", Step.from_struct_array(records).step.tolist())
+    lazy = lazy_stack([TensorDict(s=steps, batch_size=[3]), TensorDict(s=steps.apply(lambda t: t + 10),
+                                                                      batch_size=[3])])
+    stacked = lazy.get("s")  # the members' Steps, stacked: a Step
+    print("lazy.get('s'):", type(stacked).__name__, tuple(stacked.batch_size), stacked.step.tolist(),
+          "| to_tensordict:", type(lazy.to_tensordict()["s"]).__name__)
+
+
 def archives() -> None:
     section("Archives: a save in one file, mapped once, checked on load")
     import struct
@@ -645,6 +688,18 @@ def compile_and_devices() -> None:
     print("moved:", moved.device, moved.is_consolidated(), moved["next", "reward"].device)
     print("to where the leaves are, no copy:", td.to("cpu")["obs"] is td["obs"])
 
+    def update(td, t):
+        td -= t  # in place under torch.compile too: td itself changes, as in eager Python
+        return td ** t, t - td  # operators with a plain tensor, on either side
+
+    target = td.clone()
+    powers, _ = torch.compile(update, fullgraph=True, backend="eager")(target, torch.full((4,), 2.0))
+    print("compiled td -= t in place:", torch.equal(target["obs"], td["obs"] - 2), "| td ** t:", powers.batch_size)
+    images = TensorDict(image=torch.randn(2, 3, 4, 5), batch_size=[2])
+    cl = images.to(memory_format=torch.channels_last)  # 4-D and 5-D leaves, as nn.Module.to
+    print("channels_last:", cl["image"].is_contiguous(memory_format=torch.channels_last),
+          "| to(other=...):", images.to(other=TensorDict(x=torch.zeros(1, dtype=torch.float16)))["image"].dtype)
+
 
 def dropin() -> None:
     section("Drop-in: upstream's toggles, print options and helpers")
@@ -677,6 +732,29 @@ def dropin() -> None:
     print(values.tolist(), [group["x"].tolist() for group in groups])
 
 
+def dropin_classes() -> None:
+    section("Drop-in: linked lists, lazy stacks of tensors, unpadding, futures")
+    import torchdict
+    from torchdict.utils import LinkedList, TensorDictFuture
+
+    td = TensorDict(batch_size=[3])
+    td["names"] = ["a", "b", "c"]
+    names = td["names"]  # a LinkedList: writing an item writes the stack
+    names[0] = "z"
+    print(isinstance(names, LinkedList), td.get("names").tolist())
+    print(torchdict.LazyStackedTensorDict.lazy_stack([torch.ones(1), torch.ones(3)], as_padded_tensor=True,
+                                                      padding_side="left").tolist())
+    samples = [TensorDict(x=torch.full((n, 2), float(n)), batch_size=[n, 2]) for n in (1, 3)]
+    padded = torchdict.pad_sequence(samples, return_mask=True)  # the padded dim is a batch dim
+    print("unpadded:", [tuple(sample.batch_size) for sample in torchdict.unpad_sequence(padded).tensordicts])
+    folder = tempfile.mkdtemp()
+    try:
+        future = TensorDict(a=torch.arange(3.0), batch_size=[3]).memmap(folder, num_threads=2, return_early=True)
+        print(isinstance(future, TensorDictFuture), future.result()["a"].tolist())
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def shared_non_tensor() -> None:
     section("Shared non-tensor values and lazy-stack archives")
     import pickle
@@ -707,6 +785,28 @@ def shared_non_tensor() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def unbatched_and_metadata() -> None:
+    section("Entries for the whole batch: UnbatchedTensor and MetaData")
+    from torchdict import MetaData, UnbatchedTensor
+
+    config = {"lr": 0.1}
+    td = TensorDict(obs=torch.zeros(4, 3), table=UnbatchedTensor(torch.arange(6.0).view(2, 3)),
+                    config=MetaData(config, batch_size=[4]), batch_size=[4])
+    row = td[1]  # the batch ops leave the table alone: same data, the row's batch size
+    print("table:", tuple(row["table"].shape), tuple(row["table"].batch_size),
+          row["table"].data_ptr() == td["table"].data_ptr())
+    stacked = torch.stack([td, td])
+    print("stacked:", tuple(stacked["table"].batch_size), type(stacked.get("config")).__name__,
+          stacked["config"] is config)
+    copies = td.exclude("table")
+    print("after clone:", type(torch.stack([copies, copies.clone()]).get("config")).__name__)  # another object
+    print("applied:", type((td + 1)["table"]).__name__, (td + 1)["table"][0].tolist())
+    try:
+        MetaData[str](1)
+    except TypeError as err:
+        print("MetaData[str]:", err)
+
+
 def main() -> None:
     workdir = tempfile.mkdtemp(prefix="torchdict-tour-")
     try:
@@ -731,11 +831,14 @@ def main() -> None:
         probabilistic_policy()
         hdf5_and_zarr()
         tables_and_files()
+        tensorclass_readers()
         archives()
         shared_non_tensor()
         store()
         compile_and_devices()
         dropin()
+        dropin_classes()
+        unbatched_and_metadata()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     print("\nThe tour ran to the end.")

@@ -45,6 +45,13 @@ def _pair(seed: int = 0) -> Any:
     return Pair(torch.randn(3, 4, generator=generator), torch.randn(3, generator=generator), batch_size=[3])
 
 
+def _images(seed: int = 0) -> TensorDict:
+    """A 4-D leaf (what ``memory_format`` applies to) beside a 2-D one."""
+    generator = torch.Generator().manual_seed(seed)
+    return TensorDict(image=torch.randn(2, 3, 4, 5, generator=generator), flat=torch.randn(2, 3, generator=generator),
+                      batch_size=[2])
+
+
 def _tensors(seed: int = 0) -> tuple:
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(3, 4, generator=generator), torch.randn(3, generator=generator)
@@ -252,6 +259,14 @@ CASES: dict = {
     "clone_then_set": (_clone_then_set, lambda: (_td(),)),
     "to_cpu": (lambda td: td.to("cpu"), lambda: (_td(),)),
     "to_dtype": (lambda td: td.to(torch.float64), lambda: (_td(),)),
+    "to_memory_format": (lambda td: td.to(memory_format=torch.channels_last), lambda: (_images(),)),
+    "to_dtype_memory_format": (lambda td: td.to(torch.float64, memory_format=torch.channels_last),
+                               lambda: (_images(),)),
+    "to_other": (lambda td: td.to(other=TensorDict(x=torch.zeros(1, dtype=torch.float16))), lambda: (_td(),)),
+    "to_cast_filter": (lambda td: td.to(torch.float64, cast_filter=lambda key, leaf: leaf.is_floating_point()),
+                       lambda: (_td(),)),
+    "to_inplace": (lambda td: td.to(torch.float64, inplace=True), lambda: (_td(),)),
+    "to_batch_size": (lambda td: td.to(torch.float64, batch_size=[3]), lambda: (_td(),)),
     "float": (lambda td: td.float(), lambda: (_td(),)),
     "detach": (lambda td: td.detach(), lambda: (_td(),)),
     # update
@@ -443,8 +458,26 @@ TENSOR_OPERAND_OPS = {
     "td == t": lambda td, t: td == t,
     "t < td": lambda td, t: t < td,
     "td >= t": lambda td, t: td >= t,
-}  # ``**`` with a tensor operand still breaks the graph (torch.Tensor.__pow__ is a Python wrapper Dynamo
-#    hands to __torch_function__ as an anonymous function)
+    "t != td": lambda td, t: t != td,
+    "td - t": lambda td, t: td - t,
+    "td / t": lambda td, t: td / t,
+    # torch.Tensor writes these in Python (torch/_tensor.py): they reach __torch_function__ as functions
+    "td ** t": lambda td, t: td.abs() ** t,
+    "t ** td": lambda td, t: t.abs() ** td,
+    "torch.pow(td, t)": lambda td, t: torch.pow(td.abs(), t),
+    "torch.pow(t, td)": lambda td, t: torch.pow(t.abs(), td),
+    "td // t": lambda td, t: td // t,
+    "t // td": lambda td, t: t // td,
+    "td % t": lambda td, t: td % t,
+    "t % td": lambda td, t: t % td,
+}
+INTEGER_TENSOR_OPERAND_OPS = {
+    "td & t": lambda td, t: td & t,
+    "t & td": lambda td, t: t & td,
+    "t | td": lambda td, t: t | td,
+    "td ^ t": lambda td, t: td ^ t,
+    "t ^ td": lambda td, t: t ^ td,
+}
 
 
 @pytest.mark.parametrize("name", sorted(TENSOR_OPERAND_OPS))
@@ -460,11 +493,105 @@ def test_operators_with_a_plain_tensor_compile(name: str, operand_shape: tuple) 
     assert_same(got, expected)
 
 
+@pytest.mark.parametrize("name", sorted(INTEGER_TENSOR_OPERAND_OPS))
+@pytest.mark.parametrize("operand_shape", [(), (3,)], ids=["scalar-tensor", "batch-tensor"])
+def test_bitwise_operators_with_an_integer_tensor_compile(name: str, operand_shape: tuple) -> None:
+    op = INTEGER_TENSOR_OPERAND_OPS[name]
+    td = TensorDict(a=torch.randint(0, 8, (3, 2)), b={"c": torch.randint(0, 8, (3,))}, batch_size=[3])
+    t = torch.randint(0, 8, operand_shape)
+    assert_same(_compile(op)(td, t), op(td, t))
+
+
+def _operand_collection(kind: str, integer: bool, seed: int = 0) -> Any:
+    """A TensorDict, a tensorclass instance or a lazy stack, with batch size [3] and values away from 0."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def values(*shape: int) -> torch.Tensor:
+        if integer:
+            return torch.randint(1, 8, shape, generator=generator)
+        return torch.rand(shape, generator=generator) + 0.5
+
+    if kind == "TensorDict":
+        return TensorDict(a=values(3, 2), b={"c": values(3)}, batch_size=[3])
+    if kind == "tensorclass":
+        return Pair(values(3, 4), values(3), batch_size=[3])
+    from torchdict import lazy_stack
+
+    return lazy_stack([TensorDict(a=values(2), b={"c": values()}) for _ in range(3)])
+
+
+COLLECTION_KINDS = ["TensorDict", "tensorclass", "lazy stack"]
+
+
+@pytest.mark.parametrize("kind", COLLECTION_KINDS)
+@pytest.mark.parametrize("expression", ["c + t", "t - c", "c ** t", "t ** c", "t // c", "c % t", "t < c"])
+def test_every_collection_kind_takes_a_tensor_operand_under_compile(kind: str, expression: str) -> None:
+    op = eval(f"lambda c, t: {expression}")  # noqa: S307 - a fixed expression, one code object per case
+    t = torch.rand(3) + 0.5
+    expected = op(_operand_collection(kind, integer=False), t)
+    got = _compile(op)(_operand_collection(kind, integer=False), t)
+    assert_same(got, expected)
+
+
+IN_PLACE_OPERATORS = ["+=", "-=", "*=", "/=", "//=", "%=", "**=", "&=", "|=", "^="]
+
+
+def _in_place_function(operator_text: str, collection_first: bool) -> Callable:
+    """``f(c, t)`` running ``c op= t`` (or ``t op= c``), returning an alias taken before and the name's new value."""
+    target, operand = ("c", "t") if collection_first else ("t", "c")
+    namespace: dict = {}
+    exec(f"def f(c, t):\n    alias = {target}\n    {target} {operator_text} {operand}\n"  # noqa: S102
+         f"    return alias, {target}\n", namespace)
+    return namespace["f"]
+
+
+@pytest.mark.parametrize("kind", COLLECTION_KINDS)
+@pytest.mark.parametrize("operator_text", IN_PLACE_OPERATORS)
+@pytest.mark.parametrize("collection_first", [True, False], ids=["c op= t", "t op= c"])
+def test_in_place_operators_with_a_tensor_update_the_collection_under_compile(
+        kind: str, operator_text: str, collection_first: bool) -> None:
+    # Dynamo would trace ``td -= t`` as ``Tensor.__rsub__(t, td)``, the same call as ``td - t``: right values,
+    # but ``td`` itself unchanged. The in-place route (torchdict._compile_inplace) traces ``td.__isub__(t)``.
+    integer = operator_text in ("&=", "|=", "^=")
+    fn = _in_place_function(operator_text, collection_first)
+    operand = torch.randint(1, 4, (3,)) if integer else torch.rand(3) + 0.5
+    eager_collection, compiled_collection = _operand_collection(kind, integer), _operand_collection(kind, integer)
+    eager_alias, eager_result = fn(eager_collection, operand.clone())
+    compiled_operand = operand.clone()
+    got_alias, got_result = _compile(fn)(compiled_collection, compiled_operand)
+    assert_same(got_result, eager_result)
+    assert_same(got_alias, eager_alias)
+    assert_same(compiled_collection, eager_collection)  # written in place exactly when eager writes in place
+    assert (got_alias is compiled_collection) == (eager_alias is eager_collection)
+    assert (got_result is compiled_collection) == (eager_result is eager_collection)
+    assert torch.equal(compiled_operand, operand)  # ``t op= c`` rebinds t to a collection; the tensor is kept
+
+
+def test_the_in_place_route_leaves_other_operands_to_dynamo() -> None:
+    from torchdict import _compile_inplace
+
+    assert _compile_inplace.installed()
+
+    def tensors(x: torch.Tensor, y: torch.Tensor) -> Any:
+        alias = x
+        x += y  # a tensor stays written in place
+        number = 2
+        number -= y  # a number becomes a tensor
+        return alias, number
+
+    x, y = torch.ones(3), torch.arange(3.0)
+    alias, number = _compile(tensors)(x, y)
+    assert alias is x and torch.equal(x, torch.tensor([1.0, 2.0, 3.0]))
+    assert torch.equal(number, 2 - y)
+
+
 def test_a_tensor_method_with_a_collection_answers_as_the_collections_operator() -> None:
-    td = TensorDict(a=torch.randn(3, 2), batch_size=[3])
-    t = torch.randn(3)
+    td = TensorDict(a=torch.rand(3, 2) + 0.5, batch_size=[3])
+    t = torch.rand(3) + 0.5
     for method, expected in [(torch.Tensor.sub, td.__rsub__(t)), (torch.Tensor.lt, td.__gt__(t)),
-                             (torch.Tensor.mul, td.__rmul__(t))]:
+                             (torch.Tensor.mul, td.__rmul__(t)), (torch.Tensor.__rsub__, td.__sub__(t)),
+                             (torch.Tensor.__pow__, td.__rpow__(t)), (torch.Tensor.__rfloordiv__, td.__floordiv__(t)),
+                             (torch.Tensor.__rtruediv__, td.__truediv__(t)), (torch.Tensor.__rmod__, td.__mod__(t))]:
         assert_same(method(t, td), expected)
     with pytest.raises(TypeError):
         torch.Tensor.add(t, td, alpha=2)  # not an operator: torch's own refusal

@@ -221,6 +221,24 @@ def test_storage_device_and_moves_of_a_consolidated_td() -> None:
     assert _storage(on_meta).device.type == "meta" and on_meta["a"].device.type == "meta"
 
 
+def test_a_consolidated_td_moves_in_place_as_upstream() -> None:
+    # to(device, inplace=True) on a consolidated (so locked) TensorDict: one storage copy, written into self,
+    # which stays consolidated and locked, its nested TensorDicts kept.
+    for lib in (upstream, torchdict):
+        packed = _tree((3,), 7, lib).consolidate()
+        nested = packed["nested"]
+        assert packed.to("meta", inplace=True) is packed, lib.__name__
+        assert packed["nested"] is nested and nested.device == torch.device("meta")
+        assert packed.is_consolidated() and packed.is_locked and packed.device == torch.device("meta")
+        assert _storage(packed).device.type == "meta" and packed["nested", "deeper", "y"].device.type == "meta"
+    moved = _tree((3,), 7).consolidate().to("meta", batch_size=[3])
+    assert moved.is_consolidated() and moved.batch_size == torch.Size([3])
+    packed = _tree((3,), 7).consolidate()
+    with pytest.raises(RuntimeError, match="locked"):  # a cast can't be written into the locked storage views
+        packed.to(torch.float64, inplace=True)
+    assert packed.is_consolidated() and packed["k0"].dtype == torch.bool and packed["k5"].dtype == torch.int64
+
+
 def test_misaligned_complex128_raises_torchs_error_as_upstream() -> None:
     def build(lib: Any) -> Any:
         return lib.TensorDict(b=torch.zeros(3, dtype=torch.int8), a=torch.zeros(3, dtype=torch.complex128),
@@ -257,14 +275,38 @@ def test_non_tensor_entries(tmp_path: Any) -> None:
     assert td.consolidate()["bad"] is not None  # in memory anything goes
 
 
-def test_a_lazy_stack_entry_is_refused_clearly_and_a_lazy_stack_consolidates_densely() -> None:
+def test_a_lazy_stack_entry_is_refused_clearly() -> None:
     stack = torchdict.lazy_stack([TensorDict(a=torch.zeros(2)), TensorDict(a=torch.ones(2))])
     holder = TensorDict(batch_size=[2])
     holder._tensordict["s"] = stack  # a lazy stack held as an entry
     with pytest.raises(TypeError, match="to_tensordict"):
         holder.consolidate()
-    packed = stack.consolidate()
-    assert packed.is_consolidated() and torch.equal(packed["a"], stack["a"])
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_a_lazy_stack_consolidates_its_members_into_one_storage_as_upstream(inplace) -> None:
+    tensordict = pytest.importorskip("tensordict")
+    results = []
+    for lib in (torchdict, tensordict):
+        members = [lib.TensorDict(a=torch.full((3,), float(i)), b={"c": torch.ones(3, 2) * i}, batch_size=[3])
+                   for i in range(3)]
+        stack = lib.lazy_stack(members, dim=1)
+        packed = stack.consolidate(inplace=inplace)
+        storages = {leaf.untyped_storage().data_ptr() for member in packed.tensordicts
+                    for leaf in member.values(True, True)}
+        results.append((type(packed).__name__, packed is stack, packed.is_consolidated(), stack.is_consolidated(),
+                        packed.stack_dim, tuple(packed.batch_size), len(storages), packed["b", "c"].tolist(),
+                        packed.clone().is_consolidated()))
+    assert results[0] == results[1]
+    assert results[0][:3] == ("LazyStackedTensorDict", False, True) and results[0][6] == 1
+
+
+def test_a_lazy_stack_with_a_file_or_nested_stacks_consolidates_densely(tmp_path) -> None:
+    stack = torchdict.lazy_stack([TensorDict(a=torch.zeros(2), batch_size=[2]), TensorDict(a=torch.ones(2), batch_size=[2])])
+    packed = stack.consolidate(filename=tmp_path / "s.bin")
+    assert type(packed) is TensorDict and packed.is_consolidated() and torch.equal(packed["a"], stack["a"])
+    regrouped = torchdict.lazy_stack([stack, stack])  # members that are lazy stacks
+    assert type(regrouped.consolidate()) is TensorDict
 
 
 @tensorclass

@@ -171,10 +171,18 @@ def test_from_any_dispatch():
     assert TensorDict.from_any(td, device="meta") is td and TensorDict.from_any(point) is point
 
 
-@pytest.mark.parametrize("bad", [torch.zeros(2), 1, "s", None, [torch.zeros(1)], np.zeros(3)])
-def test_from_any_rejects_other_types(bad):
-    with pytest.raises(TypeError):
-        TensorDict.from_any(bad)
+@pytest.mark.parametrize("leaf", [torch.zeros(2), 1, "s", None, np.zeros(3), [1, 2], [[1.0, 2.0], [3.0, 4.0]],
+                                  [torch.zeros(1), torch.ones(1)], [1, "a"]])
+def test_from_any_of_a_leaf_value_matches_upstream(leaf):
+    tensordict = pytest.importorskip("tensordict")
+    ours, theirs = TensorDict.from_any(leaf), tensordict.TensorDict.from_any(leaf)
+    assert type(ours).__name__ == type(theirs).__name__
+    if isinstance(theirs, torch.Tensor):
+        assert torch.equal(ours, theirs) and ours.dtype == theirs.dtype
+    elif type(theirs).__name__ == "NonTensorStack":
+        assert ours.tolist() == theirs.tolist() and ours.batch_size == theirs.batch_size
+    else:
+        assert ours is leaf
 
 
 def test_from_any_structured_array():

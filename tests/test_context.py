@@ -633,3 +633,22 @@ def test_objects_locked_at_creation_stay_locked_after_a_bare_with_block():
         with td:
             pass
         assert td.is_locked
+
+
+def test_clear_refs_for_compile_forgets_pending_records_and_returns_self_as_upstream():
+    tensordict = pytest.importorskip("tensordict")
+    for lib in (torchdict_module(), tensordict):
+        td = lib.TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, batch_size=[2])
+        child = td.unsqueeze(0)  # an op whose result can write back in a ``with`` block
+        assert child.clear_refs_for_compile_() is child
+        assert torch.equal(child["n", "b"], torch.ones(1, 2)) and list(child.keys()) == ["a", "n"]
+    child = torchdict_module().TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2)}}, batch_size=[2]).unsqueeze(0)
+    assert child._cm is not None
+    child.clear_refs_for_compile_()
+    assert child._cm is None and child["n"]._cm is None
+
+
+def torchdict_module():
+    import torchdict
+
+    return torchdict

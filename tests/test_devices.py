@@ -282,6 +282,28 @@ def test_record_stream(monkeypatch: pytest.MonkeyPatch) -> None:
         mine.record_stream("s2")
 
 
+def test_lazy_stack_pin_memory_and_record_stream_go_member_by_member(fake_pinning: list,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    members = [TensorDict(a=torch.zeros(2), sub={"b": torch.ones(2)}, batch_size=[2]) for _ in range(2)]
+    stack = torchdict.lazy_stack(members)
+    pinned = stack.pin_memory()
+    assert type(pinned) is type(stack) and len(fake_pinning) == 4 and pinned.tensordicts[0]["a"] is fake_pinning[0]
+    fake_pinning.clear()
+    sub = members[0]["sub"]
+    with pytest.warns(DeprecationWarning, match="pin_memory"):  # as upstream
+        assert stack.pin_memory_() is stack
+    assert members[0]["a"] is fake_pinning[0] and members[0]["sub"] is sub and len(fake_pinning) == 4
+    recorded: list = []
+    monkeypatch.setattr(_consolidate, "record_tensor_stream", lambda tensor, stream: recorded.append(stream))
+    assert stack.record_stream("s1") is stack and recorded == ["s1"] * 4
+    members[1].record_stream("s1")
+    other = torchdict.lazy_stack([TensorDict(a=torch.zeros(2), batch_size=[2]), members[1]])
+    recorded.clear()
+    with pytest.raises(RuntimeError, match="already associated"):
+        other.record_stream("s2")
+    assert recorded == []  # checked on every member before any is marked
+
+
 # ---------------------------------------------------------------------------- every device (CUDA too)
 @pytest.mark.parametrize("device", DEVICES)
 def test_move_to_device_and_back(device: str) -> None:

@@ -427,9 +427,78 @@ def scenario_ring(rank, world, workdir):
     dist.barrier()
 
 
+def consolidated_td(seed: int) -> TensorDict:
+    """Leaves of several dtypes and odd byte sizes (padding in the storage), nested, 0-dim, and a non-tensor."""
+    generator = torch.Generator().manual_seed(seed)
+
+    def make(shape, dtype):
+        return torch.zeros(shape, dtype=dtype) if seed == 0 else _random(shape, dtype, generator)
+
+    return TensorDict({"f": make((3, 5), torch.float32), "h": make((3,), torch.float16),
+                       "n": {"i": make((3, 2), torch.int64), "b": make((3, 7), torch.bool),
+                             "deep": {"c": make((3,), torch.complex64)}},
+                       "d": make((3, 1), torch.float64), "label": "same on both sides"}, batch_size=[3])
+
+
+def scenario_consolidated(rank, world, workdir):
+    """consolidated=True: the consolidated storage travels as one message on tag 0 (upstream's protocol), into
+    the receiver's consolidated storage; upstream tensordict on the sending side interoperates."""
+    import torch.distributed as dist
+    import tensordict as upstream
+
+    if rank == 0:
+        consolidated_td(seed=1).send(dst=1, consolidated=True)  # consolidated for the call
+        packed = consolidated_td(seed=2).consolidate()
+        works = packed.isend(dst=1, consolidated=True, return_early=True)
+        assert len(works) == 1
+        for work in works:
+            work.wait()
+        assert consolidated_td(seed=3).consolidate().isend(dst=1, consolidated=True) is None
+        consolidated_td(seed=4).send(dst=1, consolidated=True)  # received by a plain dist.recv: one message
+        theirs = upstream.TensorDict(consolidated_td(seed=5).to_dict(), batch_size=[3])
+        theirs.send(dst=1, consolidated=True)  # upstream -> torchdict
+        receiver = consolidated_td(seed=0).consolidate(metadata=True)
+        assert receiver.irecv(src=1, consolidated=True) is None
+        assert_same_td(receiver, consolidated_td(seed=6))
+        ours_to_theirs = upstream.TensorDict(consolidated_td(seed=0).to_dict(), batch_size=[3]).consolidate(
+            metadata=True)
+        ours_to_theirs.recv(src=1, consolidated=True)  # torchdict -> upstream
+        expected = consolidated_td(seed=7)
+        for key in expected.keys(True, True):
+            if isinstance(expected.get(key), torch.Tensor):
+                assert same_bits(ours_to_theirs.get(key), expected.get(key)), key
+    else:
+        receiver = consolidated_td(seed=0).consolidate(metadata=True)
+        pointers = leaf_pointers(receiver)
+        assert receiver.recv(src=0, consolidated=True) is None
+        assert_same_td(receiver, consolidated_td(seed=1))
+        assert leaf_pointers(receiver) == pointers and receiver.is_consolidated()  # in place, one storage
+        works = receiver.irecv(src=0, consolidated=True, return_premature=True)
+        assert len(works) == 1
+        for work in works:
+            work.wait()
+        assert_same_td(receiver, consolidated_td(seed=2))
+        assert receiver.irecv(src=0, consolidated=True) is None
+        assert_same_td(receiver, consolidated_td(seed=3))
+        storage = receiver._consolidated["storage"]
+        raw = torch.zeros_like(storage)
+        dist.recv(raw, src=0, tag=0)
+        assert torch.equal(raw, consolidated_td(seed=4).consolidate()._consolidated["storage"])
+        assert receiver.recv(src=0, consolidated=True, init_tag=99, pseudo_rand=True) is None  # tags ignored
+        assert_same_td(receiver, consolidated_td(seed=5))
+        not_packed = consolidated_td(seed=0)
+        before = not_packed.clone()
+        expect_error(AttributeError, ["consolidate(metadata=True)"],
+                     lambda: not_packed.recv(src=0, consolidated=True))  # before any message: nothing pending
+        assert_same_td(not_packed, before)
+        consolidated_td(seed=6).send(dst=0, consolidated=True)
+        consolidated_td(seed=7).consolidate().send(dst=0, consolidated=True)
+    dist.barrier()
+
+
 _SCENARIOS = {
     2: [scenario_seed_example, scenario_every_dtype, scenario_per_leaf, scenario_async_overlap, scenario_mismatch,
-        scenario_collectives_pair, scenario_shared_scratch, scenario_timeout],
+        scenario_collectives_pair, scenario_shared_scratch, scenario_timeout, scenario_consolidated],
     4: [scenario_collectives_quad, scenario_ring],
 }
 
@@ -575,6 +644,11 @@ def test_shared_scratch_memmap(pair):
 @pytest.mark.slow
 def test_unanswered_transfer_times_out(pair):
     _assert_scenario(pair, "scenario_timeout")
+
+
+@pytest.mark.slow
+def test_consolidated_sends_one_buffer_as_upstream(pair):
+    _assert_scenario(pair, "scenario_consolidated")
 
 
 @pytest.mark.slow

@@ -17,12 +17,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::Deprec
 
 # Keywords upstream accepts that torchdict does not, each with its reason. Keep this list short: an entry is
 # a gap to close (or a deliberate difference documented in docs/compat.md).
-ALLOWED_MISSING = {
-    # distributed (docs/distributed.md): torchdict's broadcast writes in place into the TensorDict of every
-    # rank (no consolidated storage, hence no `device`), and all_reduce buckets small leaves by itself.
-    ("TensorDict", "broadcast"): {"_tensorclass_type", "device"},
-    ("TensorDict", "all_reduce"): {"bucket_bytes"},
-}
+ALLOWED_MISSING: dict = {}
 
 # Members owned by other parts of the port (persistence, device moves, formats, the store): their keywords are
 # checked by those parts' own tests.
@@ -79,6 +74,64 @@ def test_top_level_functions_accept_upstreams_keywords():
 
 def test_tensorclass_decorator_accepts_upstreams_options():
     assert _named_parameters(upstream.tensorclass) - _named_parameters(torchdict.tensorclass) == set()
+
+
+def _decorated_class(lib):
+    @lib.tensorclass
+    class Point:
+        x: torch.Tensor
+        tag: str = "a"
+
+    return Point
+
+
+def _tensorclass_subclass(lib):
+    # A subclass, as users call them (on upstream's base class itself from_tensordict is a plain function
+    # whose ``cls`` shows as a parameter).
+    class Record(lib.TensorClass):
+        x: torch.Tensor
+
+    return Record
+
+
+# The public classes of upstream's census that torchdict implements, each as ``lib -> class``.
+CLASSES = {
+    "LazyStackedTensorDict": lambda lib: lib.LazyStackedTensorDict,
+    "NonTensorData": lambda lib: lib.NonTensorData,
+    "NonTensorStack": lambda lib: lib.NonTensorStack,
+    "TensorDictParams": lambda lib: lib.TensorDictParams,
+    "MemoryMappedTensor": lambda lib: lib.MemoryMappedTensor,
+    "PersistentTensorDict": lambda lib: lib.PersistentTensorDict,
+    "tensorclass": _decorated_class,
+    "TensorClass": _tensorclass_subclass,
+    **{f"nn.{name}": (lambda lib, name=name: getattr(lib.nn, name)) for name in (
+        "TensorDictModuleBase", "TensorDictModule", "TensorDictSequential", "ProbabilisticTensorDictModule",
+        "ProbabilisticTensorDictSequential", "EnsembleModule", "CompositeDistribution")},
+}
+
+
+def _public(owner) -> set:
+    return {name for name in dir(owner) if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("label", sorted(CLASSES))
+def test_class_members_accept_upstreams_keywords(label):
+    theirs, ours = CLASSES[label](upstream), CLASSES[label](torchdict)
+    shared = sorted(_public(theirs) & _public(ours))
+    assert _missing_keywords(theirs, ours, shared, label) == {}
+
+
+def test_the_class_diff_sees_a_forwarder_without_a_signature():
+    # A member written as ``(self, *args, **kwargs)`` hides its keywords: the diff reports them all.
+    class Theirs:
+        def op(self, other, *, alpha=1):
+            return other
+
+    class Ours:
+        def op(self, *args, **kwargs):
+            return args
+
+    assert _missing_keywords(Theirs, Ours, ["op"], "test") == {"op": ["alpha", "other"]}
 
 
 # ------------------------------------------------------------------------------------------------ default=

@@ -29,9 +29,6 @@ OWNED_ELSEWHERE = {
     "save", "load", "load_memmap", "memmap", "append_memmap", "pack_memmap", "unpack_memmap",
     "is_memmap_archive", "refresh_archive_checksums", "PackLayout",  # persistence
     "base", "tensordict",  # upstream's implementation modules
-    # Not done yet (see docs/dropin.md): MetaData needs every exact-type test of non-tensor leaves to admit a
-    # subclass; UnbatchedTensor needs the batch recursions (indexing, shape ops, stacking) to skip it.
-    "MetaData", "UnbatchedTensor",
 }
 
 

@@ -58,13 +58,16 @@ def test_construction_errors():
     with pytest.raises(RuntimeError, match="items cannot be empty"):
         lazy_stack([])
     with pytest.raises(RuntimeError, match="congruent batch sizes"):
-        lazy_stack([TensorDict(batch_size=[3]), TensorDict(batch_size=[2])])
+        lazy_stack([TensorDict(batch_size=[3]), TensorDict(batch_size=[2])], strict_shape=True)
+    with pytest.raises(RuntimeError, match="batch sizes in tensordicts differs"):
+        lazy_stack([TensorDict(batch_size=[3]), TensorDict(batch_size=[3, 2])])
     with pytest.raises(RuntimeError, match="Stack dim 2 is too big"):
         lazy_stack([TensorDict(batch_size=[3])] * 2, dim=2)
     with pytest.raises(RuntimeError, match="Stack dim -3 is too big"):
         lazy_stack([TensorDict(batch_size=[3])] * 2, dim=-3)
     with pytest.raises(TypeError, match="TensorDict instances"):
-        lazy_stack([torch.zeros(3)])
+        lazy_stack([TensorDict(), torch.zeros(())])
+    assert torch.equal(lazy_stack([torch.zeros(3)]), torch.zeros(1, 3))  # tensors alone: torch.stack, as upstream
     with pytest.raises(RuntimeError, match="devices differ"):
         lazy_stack([TensorDict(device="cpu"), TensorDict()])
 

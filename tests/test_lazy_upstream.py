@@ -402,7 +402,7 @@ SKIPPED = {
         "all_gather", "all_reduce", "arecv", "asend", "broadcast", "gather_and_stack", "init_remote", "irecv",
         "isend", "recv", "reduce", "scatter", "send", "from_remote_init")},
     **{name: "needs CUDA (cuda() and pin_memory() run on the dense stack)" for name in ("cuda", "pin_memory")},
-    **{name: "not provided: CUDA streams / pinned memory in place (skipped: needs CUDA)"
+    **{name: "needs CUDA (member by member): tested with stand-ins in tests/test_devices.py"
        for name in ("pin_memory_", "record_stream")},
     **{name: "file formats (formats.FormatsMixin, generic over TensorDictBase): compared in tests/test_formats_*.py"
        for name in ("from_csv", "to_csv", "from_pandas", "to_pandas", "from_h5", "to_h5", "from_zarr", "to_zarr",
@@ -411,7 +411,8 @@ SKIPPED = {
     "to_store": "key-value stores (generic over TensorDictBase): compared in tests/test_store*.py (needs a server)",
     "pack": "packing into one tensor: compared in tests/test_pack.py (against upstream and the dense form)",
     **{name: "on the dense form (TensorDictBase): compared in tests/test_consolidate.py and "
-             "tests/test_dropin_members.py" for name in ("consolidate", "attrs", "to_pytree")},
+             "tests/test_dropin_members.py" for name in ("attrs", "to_pytree")},
+    "consolidate": "one storage for every member: compared in tests/test_consolidate.py",
     **{name: f"not provided: {why}" for name, why in {
         "from_consolidated": "consolidated (single-storage) TensorDicts are not implemented in torchdict",
         "memmap_refresh_": "re-reading a saved lazy stack in place (load it again with load_memmap)",

@@ -6,6 +6,8 @@ it has its own device type, so every "is it already there" and "move it" branch 
 from __future__ import annotations
 
 import doctest
+import warnings
+from typing import Any
 
 import pytest
 import torch
@@ -217,20 +219,25 @@ def test_casting_shortcuts():
     assert td.type(torch.float64)["i"].dtype == torch.float64
 
 
-def test_to_a_tensor_or_a_tensordict_takes_its_device_and_dtype():
+def test_to_a_tensor_or_other_takes_its_device_and_dtype():
     td = make_td()
     template = torch.zeros((), dtype=torch.float64, device="meta")
     result = td.to(template)
     assert result.device == META and result["i"].dtype == torch.float64
-    assert td.to(TensorDict(device="meta")).device == META
-    assert td.to(TensorDict()) is td
+    # other=: its device, and its dtype when all its leaves share one (as upstream)
+    assert td.to(other=TensorDict(device="meta")).device == META
+    assert td.to(other=TensorDict()) is td
+    half = td.to(other=TensorDict(x=torch.zeros(1, dtype=torch.float16), device="meta"))
+    assert half.device == META and half["i"].dtype == torch.float16
+    # a positional TensorDict is a per-leaf spec (what attrs() returns): a plain one names no leaf
+    assert td.to(TensorDict(device="meta"))["a"] is td["a"]
 
 
 def test_to_batch_size_sets_it_in_place():
     td = TensorDict(a=torch.zeros(3, 4), batch_size=[3])
     assert td.to(batch_size=[3, 4]) is td and td.batch_size == torch.Size([3, 4])
-    moved = td.to("meta", batch_size=[3])
-    assert td.batch_size == torch.Size([3]) and moved.batch_size == torch.Size([3]) and moved.device == META
+    moved = td.to("meta", batch_size=[3])  # with a move, the result gets the batch size: td keeps its own
+    assert td.batch_size == torch.Size([3, 4]) and moved.batch_size == torch.Size([3]) and moved.device == META
     before = snapshot(td)
     with pytest.raises(RuntimeError, match="incompatible with the batch-size"):
         td.to(batch_size=[4])
@@ -313,3 +320,241 @@ def test_pin_memory_pins_every_leaf():
 def test_docstring_examples_run():
     failures, _ = doctest.testmod(torchdict._moves, extraglobs={"torch": torch, "TensorDict": TensorDict})
     assert failures == 0
+
+
+# --------------------------------------------------------------------------- to(): upstream's keywords, differentially
+
+upstream = pytest.importorskip("tensordict")
+from _dropin_diff import build, exception_kind, specs  # noqa: E402
+
+
+def _described(value, source) -> Any:
+    """A library-independent description of a to() result (meta leaves by dtype, shape and strides only)."""
+    if isinstance(value, BaseException):
+        return ("raises", exception_kind(value))
+    entries = []
+    for key, leaf in value.items(include_nested=True, leaves_only=True):
+        if not isinstance(leaf, torch.Tensor):
+            entries.append((key, "non-tensor", str(leaf.device)))
+            continue
+        data = None if leaf.device.type == "meta" else leaf.detach().cpu().tolist()
+        entries.append((key, str(leaf.dtype), str(leaf.device), tuple(leaf.shape), leaf.stride(), data))
+    nested = sorted((key, str(item.device), tuple(item.batch_size))
+                    for key, item in value.items(include_nested=True) if hasattr(item, "batch_size")
+                    and not isinstance(item, torch.Tensor) and not hasattr(item, "data"))
+    return (type(value).__name__, tuple(value.batch_size), str(value.device), value.is_locked,
+            sorted(entries, key=str), nested)
+
+
+def _with_image(lib, spec, device, locked):
+    """``spec``'s TensorDict with a 4-D ``image`` leaf (what ``memory_format`` applies to)."""
+    td = build(lib, spec)
+    generator = torch.Generator().manual_seed(spec.seed)
+    td.set("image", torch.randn(*spec.batch, *(2,) * (4 - len(spec.batch)), generator=generator)
+           if len(spec.batch) <= 4 else torch.zeros(spec.batch))
+    if device is not None:
+        td = td.to(device)
+    if locked:
+        td.lock_()
+    return td
+
+
+TO_CALLS = {
+    "to(meta)": lambda td, lib: td.to("meta"),
+    "to(float64)": lambda td, lib: td.to(torch.float64),
+    "to(meta, float16)": lambda td, lib: td.to("meta", torch.float16),
+    "to(device=, dtype=)": lambda td, lib: td.to(device="meta", dtype=torch.int32),
+    "to(tensor)": lambda td, lib: td.to(torch.zeros(1, dtype=torch.float16, device="meta")),
+    "memory_format": lambda td, lib: td.to(memory_format=torch.channels_last),
+    "meta + memory_format": lambda td, lib: td.to("meta", memory_format=torch.channels_last),
+    "float64 + memory_format": lambda td, lib: td.to(torch.float64, memory_format=torch.channels_last),
+    "memory_format 3d": lambda td, lib: td.to(memory_format=torch.channels_last_3d),
+    "cpu(memory_format)": lambda td, lib: td.cpu(memory_format=torch.channels_last),
+    "other (one dtype)": lambda td, lib: td.to(other=lib.TensorDict(x=torch.zeros(1, dtype=torch.float16),
+                                                                    device="meta")),
+    "other (two dtypes)": lambda td, lib: td.to(other=lib.TensorDict(x=torch.zeros(1), y=torch.zeros(1).long(),
+                                                                     device="meta")),
+    "other without device": lambda td, lib: td.to(other=lib.TensorDict(x=torch.zeros(1, dtype=torch.float64))),
+    "other and device": lambda td, lib: td.to("cpu", other=lib.TensorDict(device="meta")),
+    "other, a tensor": lambda td, lib: td.to(other=torch.zeros(1)),
+    "cast_filter": lambda td, lib: td.to(torch.float64, cast_filter=lambda key, leaf: leaf.is_floating_point()),
+    "cast_filter without dtype": lambda td, lib: td.to("meta", cast_filter=lambda key, leaf: False),
+    "attrs": lambda td, lib: td.to(td.to("meta", torch.float16).attrs()),
+    "attrs + extra": lambda td, lib: td.to(td.attrs(), torch.float16),
+    "copy=True": lambda td, lib: td.to("meta", copy=True),
+    "memory_format, not one": lambda td, lib: td.to(memory_format="channels_last"),
+    "cuda(cpu)": lambda td, lib: td.cuda("cpu"),
+    "num_threads": lambda td, lib: td.to("meta", num_threads=2),
+    "positional non_blocking": lambda td, lib: td.to("meta", torch.float64, False),
+}
+INPLACE_CALLS = {
+    "to(meta, inplace)": lambda td, lib: td.to("meta", inplace=True),
+    "to(float64, inplace)": lambda td, lib: td.to(torch.float64, inplace=True),
+    "cpu(inplace)": lambda td, lib: td.cpu(inplace=True),
+    "memory_format, inplace": lambda td, lib: td.to(memory_format=torch.channels_last, inplace=True),
+}  # to(attrs, inplace=True) raises TypeError upstream (its device=None reaches torch.device): tested below
+DIFF_SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _compare(name: str, call, spec, device, locked) -> None:
+    outcomes = []
+    for lib in (upstream, torchdict):
+        td = _with_image(lib, spec, device, locked)
+        before = _described(td, td)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                result = call(td, lib)
+        except Exception as error:  # noqa: BLE001 - the kind is compared
+            result = error
+        outcomes.append((_described(result, td), _described(td, td), before, result is td))
+    theirs, ours = outcomes
+    assert ours[0] == theirs[0], f"{name}\nupstream:  {theirs[0]}\ntorchdict: {ours[0]}"
+    if theirs[0][0] == "raises":
+        assert ours[1] == ours[2], f"{name}: a failed call changed the TensorDict"
+    else:
+        assert ours[1] == theirs[1], f"{name}: the source differs after the call"
+    return ours
+
+
+@pytest.mark.parametrize("name", sorted(TO_CALLS))
+@pytest.mark.parametrize("device,locked", [(None, False), ("cpu", False), ("cpu", True)],
+                         ids=["no-device", "cpu", "cpu-locked"])
+@DIFF_SETTINGS
+@given(spec=specs(max_rank=3))
+def test_to_forms_match_upstream(name, device, locked, spec):
+    _compare(name, TO_CALLS[name], spec, device, locked)
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE_CALLS))
+@pytest.mark.parametrize("locked", [False, True], ids=["unlocked", "locked"])
+@DIFF_SETTINGS
+@given(spec=specs(max_rank=3))
+def test_to_inplace_matches_upstream_and_keeps_identity(name, locked, spec):
+    ours = _compare(name, INPLACE_CALLS[name], spec, "cpu", locked)
+    if ours[0][0] != "raises":
+        assert ours[3], f"{name}: inplace=True returns the TensorDict itself"
+
+
+def test_to_inplace_keeps_the_nested_tensordicts_and_sets_their_device():
+    td = make_td(device="cpu")
+    sub = td["sub"]
+    assert td.to("meta", inplace=True) is td
+    assert td["sub"] is sub and sub.device == META and td.device == META and td["sub", "b"].device == META
+    assert td.get("text").device == META
+
+
+def test_to_channels_last_applies_to_4d_and_5d_leaves_only():
+    td = TensorDict(volume=torch.randn(2, 3, 4, 5, 6), flat=torch.randn(2, 3), batch_size=[2])
+    result = td.to(memory_format=torch.channels_last_3d)
+    assert result["volume"].is_contiguous(memory_format=torch.channels_last_3d)
+    assert result["flat"] is td["flat"]
+    with pytest.raises(RuntimeError, match="rank 5"):  # torch's refusal for a 4-D leaf, as upstream
+        td.set("image", torch.randn(2, 3, 4, 5)).to(memory_format=torch.channels_last_3d)
+    image = TensorDict(image=torch.randn(2, 3, 4, 5), flat=torch.randn(2, 3), batch_size=[2])
+    moved = image.to("meta", memory_format=torch.channels_last)
+    assert moved["image"].stride() == torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last).stride()
+    assert moved["flat"].device == META
+
+
+def test_failed_to_calls_change_nothing():
+    td = TensorDict(image=torch.randn(2, 3, 4, 5), volume=torch.randn(2, 3, 4, 5, 6), sub={"x": torch.zeros(2, 3)},
+                    batch_size=[2])
+    before = snapshot(td)
+    with pytest.raises(RuntimeError):  # channels_last needs rank 4: the 5-D leaf refuses after the 4-D one
+        td.to(memory_format=torch.channels_last, inplace=True)
+    with pytest.raises(RuntimeError, match="incompatible with the batch-size"):
+        td.to(torch.float64, inplace=True, batch_size=[2, 4])
+    with pytest.raises(RuntimeError, match="incompatible with the batch-size"):
+        td.to("meta", batch_size=[2, 4])
+    with pytest.raises(ZeroDivisionError):
+        td.to(torch.float64, inplace=True, cast_filter=lambda key, leaf: 1 / 0)
+    with pytest.raises(ValueError, match="other and device"):
+        td.to("cpu", other=TensorDict(device="meta"), inplace=True)
+    with pytest.raises(TypeError):
+        td.to("meta", inplace=True, bogus=1)
+    assert_same_snapshot(before, snapshot(td))
+    locked = td.clone().lock_()
+    locked_before = snapshot(locked)
+    with pytest.raises(RuntimeError, match="locked"):
+        locked.to("meta", inplace=True)
+    assert_same_snapshot(locked_before, snapshot(locked))
+
+
+def test_to_with_a_batch_size_and_a_move_follows_upstream():
+    # The result (not the source) gets the batch size, every nested TensorDict exactly that one, no names.
+    for lib in (upstream, torchdict):
+        td = lib.TensorDict(a=torch.zeros(3, 4), sub={"c": torch.zeros(3, 4, 5)}, batch_size=[3], names=["x"])
+        td["sub"].batch_size = [3, 4, 5]
+        with pytest.warns(FutureWarning):
+            result = td.to("meta", batch_size=[3, 4])
+        assert td.batch_size == torch.Size([3]) and result.batch_size == torch.Size([3, 4])
+        assert result["sub"].batch_size == torch.Size([3, 4]) and result.names == [None, None], lib.__name__
+    td = TensorDict(a=torch.zeros(3, 4), batch_size=[3])
+    assert td.to(torch.float64, inplace=True, batch_size=[3, 4]) is td and td.batch_size == torch.Size([3, 4])
+
+
+@pytest.mark.parametrize("kind", ["lazy stack", "tensorclass"])
+def test_to_keywords_on_lazy_stacks_and_tensorclasses_match_upstream(kind):
+    def make(lib):
+        generator = torch.Generator().manual_seed(0)
+        if kind == "lazy stack":
+            return lib.lazy_stack([lib.TensorDict(a=torch.randn(3, 4, 5, 6, generator=generator),
+                                                  b={"c": torch.arange(3)}, batch_size=[3]) for _ in range(2)], 1)
+
+        @lib.tensorclass(cast_filter=lambda key, leaf: key == ("a",))
+        class Item:
+            a: torch.Tensor
+            b: torch.Tensor
+
+        return Item(a=torch.randn(3, 4, 5, 6, generator=generator), b=torch.arange(3), batch_size=[3])
+
+    calls = {
+        "meta": lambda c, lib: c.to("meta"),
+        "float64": lambda c, lib: c.to(torch.float64),
+        "memory_format": lambda c, lib: c.to("meta", memory_format=torch.channels_last),
+        "other": lambda c, lib: c.to(other=lib.TensorDict(x=torch.zeros(1, dtype=torch.float16), device="meta")),
+        "cast_filter": lambda c, lib: c.to(torch.float64, cast_filter=lambda key, leaf: key == ("b",)),
+        "batch_size": lambda c, lib: c.to("meta", batch_size=c.batch_size),
+        "inplace": lambda c, lib: c.to(torch.float64, inplace=True),
+        "cpu(inplace)": lambda c, lib: c.cpu(inplace=True),
+    }
+    for name, call in calls.items():
+        outcomes = []
+        for lib in (upstream, torchdict):
+            collection = make(lib)
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    result = call(collection, lib)
+            except Exception as error:  # noqa: BLE001
+                result = error
+            outcomes.append((_described(result, collection), _described(collection, collection)))
+        assert outcomes[1] == outcomes[0], f"{kind} {name}\nupstream:  {outcomes[0]}\ntorchdict: {outcomes[1]}"
+
+
+def test_lazy_stack_to_inplace_converts_the_members_and_returns_the_stack():
+    members = [TensorDict(a=torch.zeros(2), batch_size=[2]) for _ in range(3)]
+    stack = torchdict.lazy_stack(members)
+    assert stack.to(torch.float64, inplace=True) is stack
+    assert all(member["a"].dtype == torch.float64 for member in members) and stack.tensordicts[0] is members[0]
+    members[2].lock_()
+    with pytest.raises(RuntimeError, match="locked"):
+        stack.to("meta", inplace=True)
+    assert all(member["a"].device.type == "cpu" for member in members)  # nothing moved
+    with pytest.raises(TypeError, match="batch-size"):
+        stack.to(batch_size=[3])
+
+
+def test_to_per_leaf_casts_each_leaf_as_its_attrs_say():
+    td = TensorDict(a=torch.zeros(2), sub={"b": torch.ones(2, dtype=torch.int64)}, batch_size=[2], device="cpu")
+    spec = TensorDict(a=torch.zeros(2, dtype=torch.float16), sub={"b": torch.zeros(2, device="meta")},
+                      batch_size=[2]).attrs()
+    result = td.to(spec)
+    assert result["a"].dtype == torch.float16 and result["sub", "b"].device == META
+    assert result["sub", "b"].dtype == torch.float32 and result.device is None  # as upstream: no device
+    with pytest.raises(NotImplementedError):
+        td.to(spec, non_blocking_pin=True)
+    sub = td["sub"]
+    assert td.to(spec, inplace=True) is td and td["sub"] is sub
+    assert td["a"].dtype == torch.float16 and td["sub", "b"].device == META

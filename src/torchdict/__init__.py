@@ -5,6 +5,8 @@ from ._errors import InplaceWriteError, KeyThroughLeafError
 from ._keys import NestedKey, unravel_key, unravel_key_list
 from .memmap import MemoryMappedTensor
 from .nontensor import NonTensorData, NonTensorStack
+from .nontensor._metadata import MetaData
+from ._unbatched import UnbatchedTensor
 from .tensordict import TensorDict
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from ._torch_function import cat, stack
@@ -27,6 +29,8 @@ __all__ = [
     "MemoryMappedTensor",
     "NonTensorData",
     "NonTensorStack",
+    "UnbatchedTensor",
+    "MetaData",
     "NestedKey",
     "is_tensor_collection",
     "unravel_key",

@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-__all__ = ["USING_C", "tensor_len", "leaves_fit", "lengths_fit", "shape_fits", "leaves_fit_batch", "zip_dict", "collect_tree", "field_indexer",
+__all__ = ["USING_C", "set_unbatched_class", "tensor_len", "leaves_fit", "lengths_fit", "shape_fits", "leaves_fit_batch", "zip_dict", "collect_tree", "field_indexer",
            "FieldIndexer", "field_init", "install_tensordict_getitem", "slot_getitem", "front_tensorclass_slots",
            "fronted_slots", "descriptor_setter", "descriptor_setters"]
 
@@ -42,7 +42,7 @@ def _load_extension() -> Optional[Any]:
     if os.environ.get("TORCHDICT_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from . import _speedups  # type: ignore[attr-defined]
+        from . import _speedups
 
         _speedups.setup(_TensorBase, _Tensor)  # refuses a torch whose tensor class has no C length
     except (ImportError, TypeError):
@@ -64,6 +64,24 @@ py_tensor_len: Callable[[Any], int] = _TensorBase.__len__
 _TYPE_PASS_MAX = 16
 _ONLY_TENSOR = {_Tensor}
 
+#: UnbatchedTensor, once ``_unbatched`` has called :func:`set_unbatched_class`: a tensor with no batch
+#: dims, which no batch check below fits (its write then takes the Python path, which places it).
+unbatched_class: Optional[type] = None
+
+
+def set_unbatched_class(cls: type) -> None:
+    """Tell the batch checks (C and twins) the class of the tensors they never fit."""
+    global unbatched_class
+    unbatched_class = cls
+    if _C is not None:
+        _C.set_unbatched(cls)
+
+
+def _any_unbatched(types: Any) -> bool:
+    """Whether one of the value ``types`` is an UnbatchedTensor class (a C-level pass of the few types)."""
+    cls = unbatched_class
+    return cls is not None and any(issubclass(kind, cls) for kind in types if kind is not _Tensor)
+
 
 def py_leaves_fit(source: dict, first: int) -> bool:
     """True when ``first > 0``, ``source`` is not empty, every key is a str (a subclass too)
@@ -82,15 +100,17 @@ def py_leaves_fit(source: dict, first: int) -> bool:
     # pass first: cheaper than the TypeError the length pass would raise. A large one skips it.
     if len(source) <= _TYPE_PASS_MAX:
         types = set(map(type, values))
-        if types != _ONLY_TENSOR and not all(issubclass(kind, _Tensor) for kind in types):
+        if types != _ONLY_TENSOR and (not all(issubclass(kind, _Tensor) for kind in types) or _any_unbatched(types)):
             return False
     try:
         # join raises TypeError unless every key is a str; the length pass unless every
         # value is a tensor.
         "".join(source)
-        return set(map(py_tensor_len, values)) == {first}
+        if set(map(py_tensor_len, values)) != {first}:
+            return False
     except TypeError:
         return False
+    return len(source) <= _TYPE_PASS_MAX or unbatched_class is None or not _any_unbatched(set(map(type, values)))
 
 
 def py_lengths_fit(values: Any, first: int) -> bool:
@@ -101,16 +121,18 @@ def py_lengths_fit(values: Any, first: int) -> bool:
     if first <= 0:
         return False
     try:
-        return set(map(py_tensor_len, values)) == {first}
+        if set(map(py_tensor_len, values)) != {first}:
+            return False
     except TypeError:
         return False
+    return unbatched_class is None or not _any_unbatched(set(map(type, values)))
 
 
 def py_shape_fits(value: Any, batch_size: tuple) -> bool:
     """True when ``value`` is a tensor whose shape starts with ``batch_size`` (a torch.Size or tuple)."""
     if not isinstance(batch_size, tuple):
         raise TypeError("shape_fits expects the batch size as a torch.Size or a tuple")
-    if not isinstance(value, _Tensor):
+    if not isinstance(value, _Tensor) or (unbatched_class is not None and isinstance(value, unbatched_class)):
         return False
     return value.shape[:len(batch_size)] == batch_size
 
@@ -132,7 +154,7 @@ def py_leaves_fit_batch(source: dict, batch_size: tuple) -> bool:
     for value in source.values():
         if not isinstance(value, _Tensor) or value.shape[:n_batch] != batch_size:
             return False
-    return True
+    return unbatched_class is None or not _any_unbatched(set(map(type, source.values())))
 
 
 def py_zip_dict(keys: Any, values: list, start: int, count: int) -> dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import operator
 from itertools import compress, repeat
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
@@ -26,8 +26,14 @@ from ._accel import lengths_fit
 from ._convert import fits_batch, parse_batch_size, parse_device, to_leaf
 from ._errors import batch_mismatch_error, inplace_error, missing_key_error
 from ._keys import key_to_tuple
+from ._unbatched import UnbatchedTensor as _Unbatched, with_batch_size
 from ._write_checks import check_copy
 from .nontensor import NonTensorData, NonTensorStack
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
 _MISSING: Any = object()
@@ -50,30 +56,40 @@ def rewrap(original: Any, td: Any) -> Any:
 
 
 def map_batch(td: Any, fn: Callable[[torch.Tensor], torch.Tensor], batch_size: torch.Size,
-              device: Any = _MISSING) -> Any:
+              device: Any = _MISSING, unbatched: Optional[Callable] = None) -> Any:
     """A new TensorDict of batch ``batch_size`` whose leaves are ``fn(leaf)``.
 
     ``fn`` must act on the leading (batch) dims only and keep any trailing
     dims, so that a nested TensorDict with a longer batch gets
-    ``batch_size + its extra dims``.
+    ``batch_size + its extra dims``. An ``UnbatchedTensor`` leaf is kept (with
+    the new batch size), or given to ``unbatched`` when the op acts on values too.
     """
-    storage = _map_batch_storage(td._tensordict, fn, len(td._batch_size), batch_size)
+    storage = _map_batch_storage(td._tensordict, fn, len(td._batch_size), batch_size, unbatched)
     return td._new_unsafe(storage, batch_size, td._device if device is _MISSING else device)
 
 
-def _map_batch_storage(storage: dict, fn: Callable, old_dims: int, batch_size: torch.Size) -> dict:
+def _map_batch_storage(storage: dict, fn: Callable, old_dims: int, batch_size: torch.Size,
+                       unbatched: Optional[Callable] = None) -> dict:
     result = {}
     for key, leaf in storage.items():
-        if isinstance(leaf, _Tensor):
+        if type(leaf) is _Tensor:
             result[key] = fn(leaf)
+        elif isinstance(leaf, _Tensor):
+            # An UnbatchedTensor has no batch dims: the same payload, with its TensorDict's new batch size.
+            if isinstance(leaf, _Unbatched):
+                leaf = leaf if unbatched is None else unbatched(leaf)
+                result[key] = with_batch_size(leaf, batch_size + leaf.batch_size[old_dims:])
+            else:
+                result[key] = fn(leaf)
         elif isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
             inner_batch = batch_size + inner._batch_size[old_dims:]
             mapped = inner._new_unsafe(
-                _map_batch_storage(inner._tensordict, fn, old_dims, batch_size), inner_batch, inner._device
+                _map_batch_storage(inner._tensordict, fn, old_dims, batch_size, unbatched), inner_batch,
+                inner._device
             )
             result[key] = rewrap(leaf, mapped)
-        elif type(leaf) is NonTensorData:
+        elif isinstance(leaf, NonTensorData):
             result[key] = leaf._with_batch_size(batch_size + leaf.batch_size[old_dims:])
         else:
             result[key] = leaf._batch_op(fn)
@@ -88,8 +104,8 @@ def flat_tensors(storage: dict) -> Optional[list]:
     """
     values = list(storage.values())
     for leaf_type in set(map(type, values)):  # a C-level pass: usually one type, torch.Tensor
-        if not issubclass(leaf_type, _Tensor):
-            return None
+        if not issubclass(leaf_type, _Tensor) or (leaf_type is not _Tensor and issubclass(leaf_type, _Unbatched)):
+            return None  # (an UnbatchedTensor needs the per-leaf path: rebuild gives it its batch size)
     return values
 
 
@@ -108,7 +124,7 @@ def keep_non_tensor(leaf: Any, batch_size: torch.Size) -> Any:
     """Default for :func:`rebuild`: a non-tensor leaf follows the new batch size."""
     if leaf.batch_size == batch_size:
         return leaf
-    if type(leaf) is NonTensorData:
+    if isinstance(leaf, NonTensorData):
         return leaf._with_batch_size(batch_size)
     return leaf._batch_op(lambda grid: grid.expand(batch_size))
 
@@ -140,8 +156,14 @@ def rebuild(td: Any, results: Any, batch_size: torch.Size, batch_of: Optional[Ca
 def _rebuild_storage(storage: dict, results: Any, batch_of: Callable, non_tensor: Callable, device: Any) -> dict:
     out = {}
     for key, leaf in storage.items():
-        if isinstance(leaf, _Tensor):
+        if type(leaf) is _Tensor:
             out[key] = next(results)
+        elif isinstance(leaf, _Tensor):
+            value = next(results)
+            if isinstance(value, _Unbatched):  # fn kept it unbatched: it follows its TensorDict's batch size
+                value = with_batch_size(value, batch_of(leaf.batch_size) if isinstance(leaf, _Unbatched)
+                                        else value.batch_size)
+            out[key] = value
         elif isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
             inner_batch = batch_of(inner._batch_size)
@@ -196,10 +218,14 @@ def _storage_of(other: Any) -> dict:
 
 
 def _non_tensor_for_batch(leaf: Any, batch_size: torch.Size) -> Any:
-    """A non-tensor leaf carried into a result of batch ``batch_size``."""
+    """A non-tensor leaf (or an UnbatchedTensor, which ``fn`` skips) carried into a result of batch ``batch_size``."""
+    if isinstance(leaf, _Unbatched):
+        return with_batch_size(leaf, batch_size)
     if leaf.batch_size == batch_size:
         return leaf
-    if type(leaf) is NonTensorData or leaf.batch_size.numel() != batch_size.numel():
+    if isinstance(leaf, NonTensorData):
+        return leaf._with_batch_size(batch_size)  # (its class too: a MetaData stays one)
+    if leaf.batch_size.numel() != batch_size.numel():
         # One value per element can't be re-laid out over a different number of elements:
         # the whole list becomes one shared value.
         data = leaf.data
@@ -208,8 +234,9 @@ def _non_tensor_for_batch(leaf: Any, batch_size: torch.Size) -> Any:
 
 
 # C-level getters torch.compile can trace too (Dynamo can't call an attrgetter made outside the compiled code).
-_shape_of = _Tensor.shape.__get__  # type: ignore[attr-defined]  # (getset descriptors)
-_is_cpu = _Tensor.is_cpu.__get__  # type: ignore[attr-defined]
+# The getset descriptors' readers (torch's stubs type these attributes as their values, hence getattr).
+_shape_of = getattr(_Tensor, "shape").__get__
+_is_cpu = getattr(_Tensor, "is_cpu").__get__
 _first = operator.itemgetter(0)
 _ONLY_TENSOR = {_Tensor}
 
@@ -282,7 +309,7 @@ class _ApplyRun:
         result: dict = {}
         for key, leaf in storage.items():
             other_leaves = [other_storage.get(key, default) for other_storage in other_storages]
-            if not isinstance(leaf, _Tensor):
+            if not isinstance(leaf, _Tensor) or (batch_size is not td._batch_size and isinstance(leaf, _Unbatched)):
                 entry = self._non_tensor_entry(td, key, leaf, other_leaves, batch_size, prefix)
                 if entry is not DROP:
                     result[key] = entry
@@ -298,7 +325,7 @@ class _ApplyRun:
             elif inplace:
                 if value is not leaf:
                     # The common result (a tensor of the leaf's shape) needs no other check.
-                    if value.__class__ is not _Tensor or value.shape != leaf.shape or leaf.requires_grad:
+                    if type(value) is not _Tensor or value.shape != leaf.shape or leaf.requires_grad:
                         self._check_inplace(td, prefix + (key,) if prefix else key, leaf, value, batch_size)
                     pending.append((leaf, value))
             else:
@@ -325,6 +352,10 @@ class _ApplyRun:
             is_tensor: list = []
         else:
             is_tensor = list(map(isinstance, values, repeat(_Tensor)))
+            if batch_size is not td._batch_size:
+                # A new batch size (a fn that reshapes the batch): an UnbatchedTensor is not given to fn,
+                # it takes the new batch size (as upstream).
+                is_tensor = [kept and not isinstance(value, _Unbatched) for kept, value in zip(is_tensor, values)]
             keys = list(compress(storage, is_tensor))
             leaves = list(compress(values, is_tensor))
         results = list(map(fn, leaves))
@@ -367,13 +398,18 @@ class _ApplyRun:
         E-BATCH for leading dims that don't fit the batch, ``InplaceWriteError`` otherwise)."""
         if not isinstance(value, _Tensor):
             raise inplace_error(name, td, f"fn returned a {type(value).__name__}, not a tensor")
-        if not fits_batch(value.shape, batch_size):
+        if not isinstance(leaf, _Unbatched) and not fits_batch(value.shape, batch_size):
             raise batch_mismatch_error(batch_size, value.shape, name)
         check_copy(name, td, leaf, value)
 
     def _checked(self, value: Any, name: Any, batch_size: torch.Size, n_batch: int) -> Any:
         """``fn``'s return as a leaf of a TensorDict of batch ``batch_size`` on the result's device."""
         if isinstance(value, _Tensor):
+            if type(value) is not _Tensor and isinstance(value, _Unbatched):
+                # No batch dims to check: it follows the result's batch size.
+                if self.device is not None and value.device != self.device:
+                    value = value.to(self.device)
+                return with_batch_size(value, batch_size)
             if not fits_batch(value.shape, batch_size):
                 raise batch_mismatch_error(batch_size, value.shape, name)
             if self.device is not None and value.device != self.device:
@@ -423,7 +459,7 @@ class _ApplyRun:
                        f"first holds a TensorDict.")
 
 
-class ApplyMixin:
+class ApplyMixin(TensorDictHost):
     __slots__ = ()
 
     def apply(self, fn: Callable, *others: Any, batch_size: Any = None, device: Any = _MISSING,

@@ -4,7 +4,7 @@ and the leaves' gradients: the ``grad`` property (read and assigned) and ``zero_
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import torch
 
@@ -12,6 +12,11 @@ from ._apply import is_sub_collection as _is_sub_collection, tensor_leaves, unwr
 from ._base import TensorCollection
 from ._locking import keep_lock
 from .nontensor import NonTensorData, NonTensorStack
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
 _NON_TENSOR = (NonTensorData, NonTensorStack)
@@ -44,7 +49,7 @@ def _inputs(inputs: Any) -> Optional[Sequence[torch.Tensor]]:
     return list(inputs)
 
 
-class AutogradMixin:
+class AutogradMixin(TensorDictHost):
     __slots__ = ()
 
     def backward(self, gradient: Any = None, retain_graph: Optional[bool] = None, create_graph: bool = False,

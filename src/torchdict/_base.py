@@ -17,11 +17,25 @@ code never calls it, and must keep testing ``TensorCollection``.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # The members every collection has, most of them made at import time (see _collection_api.py).
+    from ._collection_api import CollectionAPI
+else:
+    CollectionAPI = object
 
 
-class TensorCollection:
+class TensorCollection(CollectionAPI):
     __slots__ = ()
+
+    if TYPE_CHECKING:
+        # The protocol above, as type checkers see it. ``_tensordict`` is the TensorDict holding the entries of a
+        # tensorclass (or TensorDictParams), and a TensorDict's own storage dict: code tells them apart with
+        # ``unwrap(value) is value`` (``type(inner) is dict``), which no type narrows, hence Any.
+        @property
+        def _tensordict(self) -> Any: ...
+        def _rewrap(self, td: Any) -> Any: ...  # a non-TensorDict collection's: one of its kind around ``td``
 
 
 def is_tensor_collection(datatype: object) -> bool:

@@ -2,9 +2,14 @@
 the ``atleast_*`` results write back when used as context managers, as the other shape ops do."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._context import undo_reshape, write_back
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 
 def _at_least(td: Any, ndim: int) -> Any:
@@ -15,7 +20,7 @@ def _at_least(td: Any, ndim: int) -> Any:
     return result
 
 
-class BatchDimsMixin:
+class BatchDimsMixin(TensorDictHost):
     __slots__ = ()
 
     def broadcast_to(self, shape: Any) -> Any:

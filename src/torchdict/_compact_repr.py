@@ -108,14 +108,18 @@ def _entry(collection: Any, key: str) -> Node:
         kind = members[0].get(key) if members else None
         if isinstance(kind, torch.Tensor):
             leaf = _lazy_leaf(collection, key)
-            return leaf if isinstance(leaf, str) or isinstance(leaf[0], str) else _tensor_token(*leaf, collection.device)
+            if isinstance(leaf, str) or isinstance(leaf[0], str):
+                return leaf
+            shape, dtype, devices = leaf
+            return _tensor_token(shape, dtype, devices, collection.device)
     value = collection.get(key)
     kind = value if kind is None else kind
     if isinstance(value, torch.Tensor):
         return _tensor_token(_feature_shape(value, collection.batch_dims), value.dtype, {value.device},
                              collection.device)
     if type(value) is NonTensorData or (isinstance(value, NonTensorData)):
-        return type(value.data).__name__
+        # (a MetaData shows its class, as upstream's: "MetaData", "MetaData[str]")
+        return type(value.data).__name__ if type(value) is NonTensorData else type(value).__name__
     if isinstance(value, NonTensorStack):
         return "NonTensorStack"
     if isinstance(value, TensorCollection):

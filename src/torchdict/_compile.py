@@ -32,8 +32,13 @@ def tensor_len(value: Any) -> int:
     return value.shape[0] if value.dim() else 0
 
 
+def _is_unbatched(value: Any) -> bool:
+    cls = _accel.unbatched_class
+    return cls is not None and isinstance(value, cls)
+
+
 def _fits(value: Any, first: int) -> bool:
-    return isinstance(value, _Tensor) and value.dim() > 0 and value.shape[0] == first
+    return isinstance(value, _Tensor) and not _is_unbatched(value) and value.dim() > 0 and value.shape[0] == first
 
 
 def leaves_fit(source: dict, first: int) -> bool:
@@ -62,7 +67,7 @@ def lengths_fit(values: Any, first: int) -> bool:
 
 def shape_fits(value: Any, batch_size: tuple) -> bool:
     """``value`` is a tensor whose shape starts with ``batch_size``."""
-    if not isinstance(value, _Tensor) or value.dim() < len(batch_size):
+    if not isinstance(value, _Tensor) or _is_unbatched(value) or value.dim() < len(batch_size):
         return False
     return all(value.shape[i] == size for i, size in enumerate(batch_size))
 
@@ -137,6 +142,9 @@ def register() -> None:
     """Give Dynamo the traceable twin of every helper (once; a pair Dynamo already knows is kept)."""
     if _REGISTERED:
         return
+    from . import _compile_inplace
+
+    _compile_inplace.install()  # ``td += t``: Dynamo traces the collection's own in-place operator
     for original, twin in traceable_twins():
         _substitute(original, twin)
     if not _REGISTERED:

@@ -31,7 +31,9 @@ import torch
 
 from ._apply import rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
+from ._future import TensorDictFuture
 from .nontensor import NonTensorData, NonTensorStack
+from ._unbatched import UnbatchedTensor
 
 __all__ = ["consolidate", "is_consolidated", "from_consolidated", "to_consolidated", "ConsolidateFuture"]
 
@@ -59,8 +61,11 @@ class _Plan:
         level: dict = {"cls": _class_name(cls), "non_tensors": {}, "leaves": {}, "cls_metadata": _cls_metadata(td)}
         for key, value in td._tensordict.items():
             if isinstance(value, _Tensor):
+                if isinstance(value, UnbatchedTensor):  # upstream's refusal (its layout has no place for one)
+                    raise NotImplementedError(
+                        f"UnbatchedTensor entries cannot be consolidated yet, but {key!r} is one.")
                 self._add_leaf(level, key, value)
-            elif type(value) is NonTensorData:
+            elif isinstance(value, NonTensorData):
                 level["non_tensors"][key] = (value.data, list(value.batch_size),
                                              None if value.device is None else str(value.device))
             elif type(value) is NonTensorStack:
@@ -170,20 +175,9 @@ def sync_transfers() -> None:
 
 
 # ---------------------------------------------------------------------------- consolidate
-class ConsolidateFuture:
-    """What ``consolidate(num_threads=n, return_early=True)`` returns: ``result()`` waits for the copies."""
-
-    def __init__(self, futures: list, result: Any) -> None:
-        self._futures = futures
-        self._result = result
-
-    def done(self) -> bool:
-        return all(future.done() for future in self._futures)
-
-    def result(self, timeout: Optional[float] = None) -> Any:
-        for future in self._futures:
-            future.result(timeout)
-        return self._result
+#: What ``consolidate(num_threads=n, return_early=True)`` returns (upstream's ``TensorDictFuture``):
+#: ``result()`` waits for the copies and returns the consolidated collection.
+ConsolidateFuture = TensorDictFuture
 
 
 def consolidate(td: Any, filename: Any = None, *, num_threads: Optional[int] = 0, device: Any = None,
@@ -279,13 +273,16 @@ def _shallow_copy(leaf: Any, batch_size: torch.Size) -> Any:
     return leaf.clone(recurse=False)
 
 
-def _replace_in_place(td: Any, views: Any) -> None:
+def _replace_in_place(td: Any, views: Any, device: Any = None) -> None:
+    """Put ``views`` in place of ``td``'s tensor leaves, in order (``device``: also set on each level)."""
     storage = td._tensordict
+    if device is not None:
+        td._device = device
     for key, value in storage.items():
         if isinstance(value, _Tensor):
             storage[key] = next(views)
         elif isinstance(value, TensorCollection):
-            _replace_in_place(unwrap(value), views)
+            _replace_in_place(unwrap(value), views, device)
 
 
 def _repin(td: Any, filename: Any, inplace: bool, return_early: bool, num_threads: Any, device: Any,
@@ -482,8 +479,10 @@ def _find_class(name: Any) -> type:
 
 
 # ---------------------------------------------------------------------------- to(device)
-def to_consolidated(td: Any, device: torch.device, non_blocking: Optional[bool], pin: bool = False) -> Any:
-    """``td`` (consolidated) on ``device``: its storage copied once, the leaves re-viewed on the copy."""
+def to_consolidated(td: Any, device: torch.device, non_blocking: Optional[bool], pin: bool = False,
+                    inplace: bool = False) -> Any:
+    """``td`` (consolidated) on ``device``: its storage copied once, the leaves re-viewed on the copy
+    (``inplace=True``: into ``td`` itself, which stays consolidated and locked)."""
     inner = unwrap(td)
     record = inner._consolidated
     storage = record["storage"]
@@ -505,7 +504,11 @@ def to_consolidated(td: Any, device: torch.device, non_blocking: Optional[bool],
         return base.as_strided(leaf.shape, leaf.stride(), leaf.storage_offset())
 
     views = [view_on(leaf) for leaf in tensor_leaves(inner)]
-    result = rebuild(inner, iter(views), inner._batch_size, non_tensor=_shallow_copy, device=device)
+    if inplace:
+        _replace_in_place(inner, iter(views), device)
+        result = inner
+    else:
+        result = rebuild(inner, iter(views), inner._batch_size, non_tensor=_shallow_copy, device=device)
     result._consolidated = {"storage": moved, "metadata": record.get("metadata"), "count": len(views)}
     result._lock_tree()
     if not non_blocking:
@@ -513,6 +516,8 @@ def to_consolidated(td: Any, device: torch.device, non_blocking: Optional[bool],
         # result), waits for its stream; non_blocking=True never waits.
         if (device.type not in ("cpu", "meta") and non_blocking is False) or storage.device.type not in ("cpu", "meta"):
             sync_transfers()
+    if inplace:
+        return td
     return td._rewrap(result) if inner is not td else result
 
 

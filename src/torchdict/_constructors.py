@@ -15,16 +15,24 @@ from ._convert import to_leaf
 from ._keys import key_to_tuple
 from ._rebatch import restore_batches, snapshot_batches
 from .nontensor import NonTensorData, NonTensorStack
+from ._unbatched import UnbatchedTensor
 
 if TYPE_CHECKING:
+    from typing import Callable
+
+    from typing_extensions import Self
+
+    from ._host import TensorDictHost
     from .tensordict import TensorDict
+else:
+    TensorDictHost = object
 
 
-class ConstructorsMixin:
+class ConstructorsMixin(TensorDictHost):
     __slots__ = ()
 
     @classmethod
-    def fromkeys(cls, keys: Sequence[Any], value: Any = 0) -> "TensorDict":
+    def fromkeys(cls, keys: Sequence[Any], value: Any = 0) -> Self:
         """A new TensorDict with every key set to ``value`` (one shared leaf).
 
         >>> TensorDict.fromkeys(["a", ("b", "c")], 0)["b", "c"]
@@ -39,7 +47,7 @@ class ConstructorsMixin:
     @classmethod
     def from_dict(cls, input_dict: Mapping, *, auto_batch_size: Optional[bool] = None,
                   batch_size: Any = None, device: Any = None, batch_dims: Optional[int] = None,
-                  names: Optional[Sequence[Optional[str]]] = None) -> "TensorDict":
+                  names: Optional[Sequence[Optional[str]]] = None) -> Self:
         """Recursively convert a (nested) mapping.
 
         With ``batch_dims`` (or ``auto_batch_size=True``) the batch size is the
@@ -117,7 +125,9 @@ class ConstructorsMixin:
         numpy structured array (batch size: the array's shape unless ``batch_size`` or
         ``auto_batch_size`` says otherwise; numeric fields share the array's memory where their
         layout allows, others are copied). A TensorDict or tensorclass is returned as it is (the
-        options are not applied, as upstream). Anything else raises ``TypeError``.
+        options are not applied, as upstream); so is a tensor, or any other leaf value, since
+        ``from_any`` is also what converts the values of a nested structure. A list becomes a tensor
+        when it is a rectangular grid of numbers, else a ``NonTensorStack`` of its items (as upstream).
 
         >>> TensorDict.from_any((torch.zeros(2), {"b": torch.ones(2)}), auto_batch_size=True)["1", "b"]
         tensor([1., 1.])
@@ -136,8 +146,11 @@ class ConstructorsMixin:
                                       batch_size=batch_size)
         if isinstance(obj, (Mapping, tuple)):
             return _build(cls, "from_any", _to_source(obj), auto_batch_size, batch_dims, device, batch_size)
-        raise TypeError(f"from_any cannot build a TensorDict from a {type(obj).__name__}: expected a mapping, "
-                        "namedtuple, dataclass, tuple, numpy structured array, TensorDict or tensorclass.")
+        if isinstance(obj, list):
+            if _is_number_grid(obj):
+                return torch.tensor(obj)
+            return NonTensorStack.from_list(obj)
+        return obj  # a tensor or another leaf value
 
     @classmethod
     def from_tuple(cls, obj: Any, *, auto_batch_size: bool = False, batch_dims: Optional[int] = None,
@@ -166,7 +179,7 @@ class ConstructorsMixin:
         """
         from .lazy import lazy_stack, maybe_dense_stack
 
-        stack = maybe_dense_stack if lazy is None else lazy_stack if lazy else torch.stack
+        stack: Callable[..., Any] = maybe_dense_stack if lazy is None else lazy_stack if lazy else torch.stack
         member_batch = None
         if batch_size is not None:
             batch_size = torch.Size([batch_size]) if isinstance(batch_size, int) else torch.Size(batch_size)
@@ -240,7 +253,7 @@ class ConstructorsMixin:
         return TensorDict.from_dict(source, auto_batch_size=auto_batch_size, batch_size=batch_size, device=device,
                                     batch_dims=batch_dims, names=names)
 
-    def auto_device_(self) -> "TensorDict":
+    def auto_device_(self) -> Self:
         """Set the device of this TensorDict and of every nested one to the device all tensor
         leaves share, or to ``None`` when they are on several devices (or there are none);
         no data moves. Returns self.
@@ -254,7 +267,7 @@ class ConstructorsMixin:
         _set_device_tree(self, devices.pop() if len(devices) == 1 else None)
         return self
 
-    def auto_batch_size_(self, batch_dims: Optional[int] = None, keep_compliant_size: bool = False) -> "TensorDict":
+    def auto_batch_size_(self, batch_dims: Optional[int] = None, keep_compliant_size: bool = False) -> Self:
         """Set the batch size to the leading dims common to every leaf (at most ``batch_dims``),
         and each sub-TensorDict's to those common to its own leaves, as upstream; returns self.
 
@@ -279,10 +292,11 @@ def _auto_batch_size(td: Any, batch_dims: Optional[int], keep_compliant: bool = 
     # The sub-TensorDicts first: the dims common to a part of the leaves extend those common to all.
     subs = [value for value in td._tensordict.values() if isinstance(value, ConstructorsMixin)]
     for sub in subs:
-        if keep_compliant and len(sub.batch_size) >= batch_dims:  # type: ignore[operator]
+        if keep_compliant and batch_dims is not None and len(sub.batch_size) >= batch_dims:
             continue
         _auto_batch_size(sub, batch_dims, keep_compliant)
-    shapes = [leaf.shape for _, leaf in td.items(True, True)]
+    # (an UnbatchedTensor has no batch dims: the batch size comes from the other leaves, as upstream)
+    shapes = [leaf.shape for _, leaf in td.items(True, True) if not isinstance(leaf, UnbatchedTensor)]
     common: list = []
     if shapes:
         for dims in zip(*shapes):
@@ -290,6 +304,16 @@ def _auto_batch_size(td: Any, batch_dims: Optional[int], keep_compliant: bool = 
                 break
             common.append(dims[0])
     td.batch_size = torch.Size(common)
+
+
+
+def _is_number_grid(items: list) -> bool:
+    """True for a list of numbers, or a list of such lists all of one length (what ``torch.tensor`` takes whole)."""
+    if all(isinstance(item, (bool, int, float)) for item in items):
+        return True
+    if not all(isinstance(item, list) for item in items) or len({len(item) for item in items}) != 1:
+        return False
+    return all(_is_number_grid(item) for item in items)
 
 
 def _is_namedtuple(obj: Any) -> bool:
@@ -343,7 +367,7 @@ def _dataclass_defaults(cls: type) -> dict:
 
 
 def _struct_source(array: Any) -> dict:
-    source = {}
+    source: dict[str, Any] = {}
     for name in array.dtype.names:
         field = array[name]
         if field.dtype.names is not None:
@@ -364,7 +388,7 @@ def _numeric_field(field: Any) -> torch.Tensor:
         return torch.from_numpy(field.astype(field.dtype.newbyteorder("="), copy=True))
 
 
-def _build(cls: type, name: str, source: dict, auto_batch_size: bool, batch_dims: Optional[int], device: Any,
+def _build(cls: type[ConstructorsMixin], name: str, source: dict, auto_batch_size: bool, batch_dims: Optional[int], device: Any,
            batch_size: Any) -> Any:
     """``from_dict`` with the batch options of from_namedtuple / from_dataclass / from_any."""
     if batch_size is not None and auto_batch_size:

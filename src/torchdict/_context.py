@@ -27,13 +27,20 @@ from __future__ import annotations
 
 import functools
 import weakref
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
 from ._base import TensorCollection, tensordict_class
 from ._errors import MessageKeyError, locked_error
 from .nontensor import NonTensorData
+
+if TYPE_CHECKING:
+    from typing import Literal
+
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 ExitAction = Callable[[bool], None]  # called with raised=True when the block raised
 Inverse = Callable[..., Any]  # inverse(td_like_child, parent, *op_args, **op_kwargs) -> td_like_parent
@@ -144,7 +151,7 @@ def write_back(inverse: Inverse, *, shares_leaves: bool = False) -> Callable[[Ca
                 _set_pending(result, (_write_back, _INVERSES[position], shares_leaves, _ref(self), args, kwargs))
             return result
 
-        op.write_back_inverse = inverse  # type: ignore[attr-defined]
+        setattr(op, "write_back_inverse", inverse)
         return op
 
     return decorate
@@ -153,8 +160,23 @@ def write_back(inverse: Inverse, *, shares_leaves: bool = False) -> Callable[[Ca
 # --------------------------------------------------------------------------- the mixin
 
 
-class ContextMixin:
+class ContextMixin(TensorDictHost):
     __slots__ = ()
+
+    def clear_refs_for_compile_(self) -> Any:
+        """Forget the pending ``with`` records of this TensorDict and its nested ones, as upstream; returns self.
+
+        Each record holds a weak reference to the TensorDict the op came from, which torch.compile can't
+        return from a compiled function. A block already entered keeps its state.
+        """
+        pending = [self]
+        while pending:
+            td = pending.pop()
+            if not isinstance(td._cm, _ContextState):
+                td._cm = None
+            pending.extend(_unwrap(value) for value in td._tensordict.values()
+                           if isinstance(value, TensorCollection) and isinstance(_unwrap(value), tensordict_class()))
+        return self
 
     def __enter__(self) -> Any:
         """Start a block; the op that produced this TensorDict is undone (or written back) on exit.
@@ -179,7 +201,7 @@ class ContextMixin:
         state.stack.append((record, snapshot))
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> Literal[False]:
         record, snapshot = self._cm.stack.pop()
         if record is not None:
             record[0](self, exc_type is not None, record, snapshot)
@@ -210,7 +232,7 @@ def _snapshot(td: Any, with_versions: bool) -> tuple:
     leaves edited in place need copying back.
     """
     nested = None
-    versions = {} if with_versions else None
+    versions: Optional[dict] = {} if with_versions else None
     storage = td._tensordict
     for key, value in storage.items():
         if isinstance(value, _Tensor):
@@ -489,6 +511,7 @@ def undo_flatten_keys(td: Any, parent: Any, separator: str = ".", inplace: bool 
         path = _split_path(storage, flat_key, separator, is_leaf, True)
         if path is None:
             path = _split_path(storage, flat_key, separator, is_leaf, False)
+            assert path is not None  # existing_only=False always finds a path
         _place(result, parent, path, value)
     return result
 
@@ -533,6 +556,7 @@ def undo_unflatten_keys(td: Any, parent: Any, separator: str = ".", inplace: boo
             path = _joined_path(storage, child_path, separator, True)
             if path is None:
                 path = _joined_path(storage, child_path, separator, False)
+                assert path is not None  # existing_only=False always finds a path
             _place(result, parent, path, value)
 
     walk(td, ())

@@ -7,16 +7,20 @@ and ``data_ptr``, with upstream tensordict's signatures.
 from __future__ import annotations
 
 from collections import namedtuple
-from typing import Any, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Union
 
 import torch
 
 from ._apply import rebuild, tensor_leaves, unwrap
 from ._base import TensorCollection
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NON_TENSOR_TYPES
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
-_NON_TENSOR = (NonTensorData, NonTensorStack)
 
 
 def _distinct(leaves: List[torch.Tensor], count_duplicates: bool) -> List[torch.Tensor]:
@@ -45,7 +49,7 @@ def _ordered_leaves(td: Any, order: Any) -> List[torch.Tensor]:
     return [by_key[key] for key in wanted]
 
 
-class ConversionsMixin:
+class ConversionsMixin(TensorDictHost):
     __slots__ = ()
 
     def to_tensordict(self, *, retain_none: Any = None) -> Any:
@@ -79,7 +83,7 @@ class ConversionsMixin:
         plain tensors and memory-mapped tensors have none); a locked TensorDict gives a locked result."""
         def convert(leaf: torch.Tensor) -> torch.Tensor:
             method = getattr(type(leaf), "as_tensor", None)
-            return leaf.as_tensor() if callable(method) else leaf
+            return method(leaf) if callable(method) else leaf
 
         result = rebuild(self, iter([convert(leaf) for leaf in tensor_leaves(self)]), self._batch_size)
         if self._is_locked:
@@ -162,24 +166,24 @@ class ConversionsMixin:
                 values[key] = unwrap(value).to_namedtuple(nested_cls)
             else:
                 values[key] = value.data
-        if dest_cls is None:
-            dest_cls = namedtuple("GenericDict", list(values))
-        return dest_cls(**values)
+        make = namedtuple("GenericDict", list(values)) if dest_cls is None else dest_cls
+        return make(**values)
 
     def tolist(self, *, convert_nodes: bool = True, convert_tensors: Union[bool, str] = False,
                tolist_first: bool = False, as_linked_list: bool = False) -> Any:
         """The batch as nested lists, one entry per element: a dict (``convert_nodes=True``) or a
         TensorDict. ``convert_tensors=True`` turns each tensor into Python numbers (``"numpy"``:
-        arrays). With no batch dims, the result is that one entry. ``tolist_first`` and
-        ``as_linked_list`` are accepted for upstream's signature and change nothing here:
-        the values are the same either way, and the lists are plain lists.
+        arrays). With no batch dims, the result is that one entry. ``tolist_first`` is accepted for
+        upstream's signature and changes nothing here. ``as_linked_list``: the outer list is a
+        ``torchdict.utils.LinkedList`` bound to this TensorDict (``result[i] = {...}`` writes ``self[i]``),
+        as upstream's.
 
         >>> import torch
         >>> from torchdict import TensorDict
         >>> TensorDict(a=torch.arange(2.0), batch_size=[2]).tolist(convert_tensors=True)
         [{'a': 0.0}, {'a': 1.0}]
         """
-        del tolist_first, as_linked_list
+        del tolist_first
 
         def entry(element: Any) -> Any:
             if not convert_nodes:
@@ -191,7 +195,12 @@ class ConversionsMixin:
                 return entry(td)
             return [walk(item, depth - 1) for item in td.unbind(0)]
 
-        return walk(self, self.batch_dims)
+        result = walk(self, self.batch_dims)
+        if as_linked_list and self.batch_dims:
+            from ._linked_list import LinkedList
+
+            return LinkedList(result, td=self)
+        return result
 
     def numpy(self) -> dict:
         """Nested dicts of numpy arrays (non-tensor entries as their values, stacks as lists).
@@ -212,7 +221,7 @@ class ConversionsMixin:
         """
         storage: dict = {}
         for key, value in self._tensordict.items():
-            if type(value) in _NON_TENSOR:
+            if type(value) in NON_TENSOR_TYPES:
                 continue
             if isinstance(value, TensorCollection):
                 inner = unwrap(value)

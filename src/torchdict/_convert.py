@@ -16,6 +16,7 @@ from . import _options
 from ._accel import tensor_len  # re-exported: the first size of a tensor, the cheapest batch check
 from ._base import TensorCollection
 from ._errors import batch_mismatch_error
+from ._unbatched import UnbatchedTensor, with_batch_size
 from .nontensor import NonTensorData, NonTensorStack
 
 _Tensor = torch.Tensor
@@ -143,6 +144,11 @@ def fits_batch(shape: torch.Size, batch_size: torch.Size) -> bool:
 
 def check_tensor(value: torch.Tensor, key: Any, batch_size: torch.Size, device: Optional[torch.device],
                  non_blocking: bool = False) -> torch.Tensor:
+    if type(value) is not _Tensor and isinstance(value, UnbatchedTensor):
+        # No batch dims to check: stored as an alias carrying the batch size it is stored under.
+        if device is not None and value.device != device:
+            value = value.to(device, non_blocking=non_blocking)
+        return with_batch_size(value, batch_size)
     if not fits_batch(value.shape, batch_size):
         raise batch_mismatch_error(batch_size, value.shape, key)
     if device is not None and value.device != device:
@@ -171,7 +177,7 @@ def to_leaf(value: Any, key: Any, batch_size: torch.Size, device: Optional[torch
         return check_tensor(value, key, batch_size, device, non_blocking)
     if isinstance(value, TensorCollection):
         return adopt_collection(value, key, batch_size, device)
-    if type(value) is NonTensorData:
+    if isinstance(value, NonTensorData):
         if value.batch_size[: len(batch_size)] != batch_size:
             value = value._with_batch_size(batch_size)
         return value if device is None or value.device == device else value._to_device(device)

@@ -5,7 +5,7 @@ code catching them keeps working; the wording lives here once.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 
@@ -86,12 +86,12 @@ def inplace_error(key: object, td: object, cause: Optional[object] = None) -> In
     return InplaceWriteError(f"Failed to update {key!r} in tensordict {_summary(td)}{reason}")
 
 
-def _summary(td: object) -> str:
+def _summary(td: Any) -> str:
     """A one-line description of a TensorDict for an error message (the full repr spans many lines and would
     bury the reason that follows it)."""
     try:
-        keys = sorted(map(str, td.keys()))  # type: ignore[attr-defined]
-        return f"{type(td).__name__}(batch_size={list(td.batch_size)}, keys={keys})"  # type: ignore[attr-defined]
+        keys = sorted(map(str, td.keys()))
+        return f"{type(td).__name__}(batch_size={list(td.batch_size)}, keys={keys})"
     except Exception:  # an error message must not fail on an unusual object
         return f"{type(td).__name__}"
 

@@ -170,6 +170,6 @@ def _tensorclass_copy(dataclass_type: type) -> type:
         namespace["__annotations__"][field.name] = hints.get(field.name, field.type)
         if field.default is not dataclasses.MISSING:
             namespace[field.name] = field.default
-        elif field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            namespace[field.name] = dataclasses.field(default_factory=field.default_factory)  # type: ignore[misc]
+        elif field.default_factory is not dataclasses.MISSING:
+            namespace[field.name] = dataclasses.field(default_factory=field.default_factory)
     return type(dataclass_type.__name__ + "_tc", (), namespace)

@@ -2,7 +2,7 @@
 over a batch dim (``FusedOpsMixin``): one fused torch call per leaf, ``torch._foreach_*`` where it exists."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
@@ -10,6 +10,11 @@ from ._masking import _distinct_dtypes, _item, finish, leaves_of
 from ._locking import keep_lock
 from ._operands import check_inplace_shapes, describe, distinct_leaves, empty_like_operand, operand_per_leaf, preflight
 from ._shape import batch_dim
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _FOREACH_FAILED = (TypeError, RuntimeError, NotImplementedError)
 
@@ -52,7 +57,7 @@ def _two_operand_inplace(td: Any, name: str, leaves: list, firsts: Any, seconds:
     return td
 
 
-class FusedOpsMixin:
+class FusedOpsMixin(TensorDictHost):
     __slots__ = ()
 
     def addcmul(self, other1: Any, other2: Any, *, value: Any = 1) -> Any:

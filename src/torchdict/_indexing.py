@@ -23,7 +23,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from itertools import repeat
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
@@ -34,12 +34,17 @@ from ._errors import inplace_error, locked_error, slot_shape_error
 from ._write_checks import broadcasts_into, check_grad_writable
 from .memmap import PLAIN_ALIAS, plain_alias
 from .memmap import MemoryMappedTensor as _MemoryMappedTensor
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NonTensorData, NonTensorStack, NON_TENSOR_TYPES
+from ._unbatched import UnbatchedTensor as _Unbatched, with_batch_size
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
 _Size = torch.Size
 _MISSING: Any = object()
-_NON_TENSOR = (NonTensorData, NonTensorStack)
 _ROW_DTYPES = (torch.int64, torch.int32)  # the index dtypes index_select takes
 
 PAST_BATCH_WARNING = (
@@ -234,6 +239,7 @@ def index_basic(storage: dict, batch: torch.Size, names: Optional[list], index: 
         size = batch[0]
         if not -size <= index < size:
             raise _out_of_bounds(index, size)
+        new_batch: Optional[torch.Size]
         if len(batch) == 1:
             new_batch = NO_BATCH
         else:
@@ -261,7 +267,7 @@ def index_basic(storage: dict, batch: torch.Size, names: Optional[list], index: 
             view = _tensor_getitem(leaf if plain is False else plain, index)
             view.__class__ = _MemoryMappedTensor
             result[key] = view
-        elif isinstance(leaf, _Tensor):
+        elif isinstance(leaf, _Tensor) and not isinstance(leaf, _Unbatched):
             result[key] = leaf[index]
         else:
             result[key] = _index_entry(leaf, index, n_batch, new_batch)
@@ -275,18 +281,23 @@ def _index_storage(storage: dict, index: Any, n_batch: int, new_batch: torch.Siz
     extra batch dims after ``new_batch``.
     """
     for key, leaf in storage.items():
-        result[key] = leaf[index] if isinstance(leaf, _Tensor) else _index_entry(leaf, index, n_batch, new_batch)
+        result[key] = leaf[index] if type(leaf) is _Tensor else _index_entry(leaf, index, n_batch, new_batch)
     return result
 
 
 def _index_entry(leaf: Any, index: Any, n_batch: int, new_batch: torch.Size) -> Any:
-    """``leaf[index]`` for an entry that is not a tensor: a nested collection or non-tensor data."""
+    """``leaf[index]`` for an entry that is not a plain tensor: a tensor subclass, a nested collection or
+    non-tensor data."""
+    if isinstance(leaf, _Tensor):
+        if isinstance(leaf, _Unbatched):  # no batch dims to index: the same payload, the new batch size
+            return with_batch_size(leaf, new_batch + leaf.batch_size[n_batch:])
+        return leaf[index]
     if isinstance(leaf, TensorCollection):
         inner = unwrap(leaf)
         inner_batch = new_batch + inner._batch_size[n_batch:]
         return rewrap(leaf, inner._new_unsafe(
             _index_storage(inner._tensordict, index, n_batch, new_batch, {}), inner_batch, inner._device))
-    if type(leaf) is NonTensorData:
+    if isinstance(leaf, NonTensorData):
         return leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
     return leaf._batch_op(lambda grid: grid[index])
 
@@ -295,15 +306,17 @@ def _take_storage(storage: dict, rows: torch.Tensor, n_batch: int, new_batch: to
     """``leaf.index_select(0, rows)`` for every leaf (``rows`` holds non-negative positions)."""
     result: dict = {}
     for key, leaf in storage.items():
-        if isinstance(leaf, _Tensor):
+        if type(leaf) is _Tensor or (isinstance(leaf, _Tensor) and not isinstance(leaf, _Unbatched)):
             result[key] = leaf.index_select(0, rows)
             seen[0] = True
+        elif isinstance(leaf, _Unbatched):  # no batch dims to index
+            result[key] = with_batch_size(leaf, new_batch + leaf.batch_size[n_batch:])
         elif isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
             inner_batch = new_batch + inner._batch_size[n_batch:]
             result[key] = rewrap(leaf, inner._new_unsafe(
                 _take_storage(inner._tensordict, rows, n_batch, new_batch, seen), inner_batch, inner._device))
-        elif type(leaf) is NonTensorData:
+        elif isinstance(leaf, NonTensorData):
             result[key] = leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
         else:
             result[key] = leaf._batch_op(lambda grid: grid.index_select(0, rows))
@@ -392,14 +405,16 @@ def _index_past_storage(storage: dict, items: tuple, batch_items: tuple, n_batch
     result: dict = {}
     leaf: Any
     for key, leaf in storage.items():
-        if isinstance(leaf, _Tensor):
+        if isinstance(leaf, _Unbatched):  # no batch dims, and the index past them is not for it either
+            result[key] = with_batch_size(leaf, new_batch)
+        elif isinstance(leaf, _Tensor):
             result[key] = leaf[items]
         elif isinstance(leaf, TensorCollection):
             collection: Any = leaf
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)
                 result[key] = collection[items]
-        elif type(leaf) is NonTensorData:
+        elif isinstance(leaf, NonTensorData):
             result[key] = leaf._with_batch_size(new_batch)
         else:
             result[key] = leaf._batch_op(lambda grid: grid[batch_items])
@@ -490,7 +505,7 @@ def _put(storage: dict, key: str, value: Any) -> None:
 def _write_non_tensor(target: Any, key: str, existing: Any, value: Any, index: Any) -> None:
     if existing._write_shared_at(value, index):  # a shared leaf (share_non_tensor): written to its folder
         return
-    if type(existing) is NonTensorData:
+    if isinstance(existing, NonTensorData):
         existing = NonTensorStack(existing._flat_values(), existing.batch_size, existing.device,
                                   existing._flat_origins())
     existing._set_at(index, value)
@@ -532,6 +547,9 @@ def _plan_entry(plan: _WritePlan, target: Any, key: str, existing: Any, value: A
     """Plan one entry that is not a plain tensor written over a plain tensor."""
     n_dest = plan.n_dest
     if isinstance(value, _Tensor):
+        if isinstance(existing, _Unbatched):
+            _plan_unbatched(plan, existing, value, prefix + (key,) if prefix else key)
+            return
         if isinstance(existing, _Tensor):
             feature = existing.shape[len(plan.top_batch):]
             if value.shape[n_dest:] != feature:
@@ -560,25 +578,46 @@ def _plan_entry(plan: _WritePlan, target: Any, key: str, existing: Any, value: A
             plan.others.append((_put, (target._tensordict, key, rewrap(value, created))))
             _plan_collection(plan, created, value_td, prefix + (key,))
             return
-    elif type(value) in _NON_TENSOR:
+    elif type(value) in NON_TENSOR_TYPES:
         if existing is _MISSING:
             if target._is_locked:
                 raise locked_error()
             full_batch = plan.top_batch + value.batch_size[n_dest:]
             first = value._flat_values()[0] if value.batch_size.numel() else None
-            fresh = NonTensorData(first, full_batch, target._device)
+            # (a MetaData written at an index fills the new entry as a MetaData of its class, as upstream's)
+            fresh = (type(value)._make(first, full_batch, target._device) if isinstance(value, NonTensorData)
+                     else NonTensorData(first, full_batch, target._device))
             plan.others.append((_put, (target._tensordict, key, fresh)))
             if type(value) is NonTensorStack:
                 plan.others.append((_write_non_tensor, (target, key, fresh, value, plan.index)))
             return
-        if type(existing) in _NON_TENSOR:
-            if type(existing) is NonTensorData and type(value) is NonTensorData and same_value(
+        if type(existing) in NON_TENSOR_TYPES:
+            if isinstance(existing, NonTensorData) and isinstance(value, NonTensorData) and same_value(
                     existing.data, value.data):
                 return
             existing._check_shared_at(value)  # a shared NonTensorData takes its own value only (as upstream)
             plan.others.append((_write_non_tensor, (target, key, existing, value, plan.index)))
             return
     raise inplace_error(prefix + (key,) if prefix else key, target)
+
+
+def _copy_whole(existing: torch.Tensor, value: torch.Tensor) -> None:
+    existing.copy_(value)
+
+
+def _plan_unbatched(plan: _WritePlan, existing: Any, value: torch.Tensor, key: Any) -> None:
+    """``td[index] = other`` where ``td`` holds an UnbatchedTensor at ``key``: the whole batch shares it, so
+    an UnbatchedTensor of its shape is written whole, whatever the index (as upstream); anything else is
+    refused before the first write."""
+    if not isinstance(value, _Unbatched) or value.shape != existing.shape:
+        raise RuntimeError(
+            f"Cannot write a {type(value).__name__} of shape {tuple(value.shape)} at an index into the "
+            f"UnbatchedTensor entry {key!r} of shape {tuple(existing.shape)}: it has no batch dims, so only an "
+            "UnbatchedTensor of its shape can be written into it (whole)."
+        )
+    if existing.requires_grad:
+        check_grad_writable(existing)
+    plan.others.append((_copy_whole, (existing, value)))
 
 
 def _plan_broadcast(plan: _WritePlan, target: Any, value: Any, prefix: tuple = ()) -> None:
@@ -667,7 +706,7 @@ def _broadcast_into(td: Any, items: Any, dest_batch: torch.Size, value: Any) -> 
 # --------------------------------------------------------------------------- the mixin
 
 
-class IndexingMixin:
+class IndexingMixin(TensorDictHost):
     """``td[index]`` and ``td[index] = value`` for batch indices (the core handles keys).
 
     >>> import torch

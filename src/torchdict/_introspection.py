@@ -2,13 +2,18 @@
 ``is_cpu`` / ``is_cuda`` / ``is_meta``, ``get_item_shape`` and ``non_tensor_items`` (``IntrospectionMixin``)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
 from ._apply import is_sub_collection as _is_sub_collection, tensor_leaves, unwrap
 from ._keys import key_to_tuple
 from .nontensor import NonTensorData, NonTensorStack
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
 _NON_TENSOR = (NonTensorData, NonTensorStack)
@@ -31,7 +36,7 @@ def _device_type_is(td: Any, device_type: str) -> bool:
     return device is not None and device.type == device_type
 
 
-class IntrospectionMixin:
+class IntrospectionMixin(TensorDictHost):
     __slots__ = ()
 
     @property

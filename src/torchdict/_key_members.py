@@ -7,7 +7,7 @@ so a failing call leaves the TensorDict as it was.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -16,6 +16,11 @@ from ._convert import to_leaf
 from ._errors import locked_error
 from ._keys import key_to_tuple
 from .nontensor import NonTensorData, NonTensorStack
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _NON_TENSOR = (NonTensorData, NonTensorStack)
 
@@ -46,7 +51,7 @@ def _combine(td: Any, keys: tuple, out_key: Any, keep_entries: bool, combine: Ca
     return td
 
 
-class KeyMembersMixin:
+class KeyMembersMixin(TensorDictHost):
     __slots__ = ()
 
     def rename_keys(self, mapping: Mapping, *, strict: bool = True) -> Any:

@@ -1,7 +1,7 @@
 """Operations on the key structure: select, exclude, split, rename, flatten/unflatten keys (update: _update)."""
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 from torch.compiler import is_dynamo_compiling
@@ -12,14 +12,27 @@ from ._keys import key_to_tuple
 from ._views import iter_items
 from .nontensor import NonTensorData
 
+if TYPE_CHECKING:
+    from .tensordict import TensorDict
+
 _MISSING: Any = object()
 NO_DEFAULT: Any = _MISSING  # split_keys(default=...) not given (the method's own default)
 _Tensor = torch.Tensor
 
 
-def _as_td(value: Any) -> Any:
-    inner = getattr(value, "_tensordict", None)
+def _as_td(value: Any) -> Optional[TensorDict]:
+    """The TensorDict behind a collection: itself, or the one a tensorclass (or TensorDictParams) holds; None
+    for a collection of another kind (a lazy stack, a file-backed one), which keeps no TensorDict."""
+    inner: Any = getattr(value, "_tensordict", None)
     return value if type(inner) is dict else inner
+
+
+def _tree_keys(tree: dict, prefix: tuple = ()) -> list:
+    """The nested keys a tree of :func:`_key_tree` names (the inverse of ``_key_tree``)."""
+    keys: list = []
+    for key, subtree in tree.items():
+        keys.extend([prefix + (key,)] if subtree is True else _tree_keys(subtree, prefix + (key,)))
+    return keys
 
 
 def _key_tree(keys: Sequence[Any]) -> dict:
@@ -98,6 +111,9 @@ def _select_storage(td: Any, tree: dict, strict: bool) -> dict:
             result[key] = value
         elif isinstance(value, TensorCollection):
             inner = _as_td(value)
+            if inner is None:  # another kind of collection: its own select
+                result[key] = value.select(*_tree_keys(subtree), strict=strict)
+                continue
             selected = inner._new_like(_select_storage(inner, subtree, strict))
             result[key] = selected if inner is value else value._rewrap(selected)
         elif strict:
@@ -129,8 +145,11 @@ def _exclude_storage(td: Any, tree: dict) -> dict:
             continue
         if subtree is not None and isinstance(value, TensorCollection):
             inner = _as_td(value)
-            kept = inner._new_like(_exclude_storage(inner, subtree))
-            value = kept if inner is value else value._rewrap(kept)
+            if inner is None:  # another kind of collection: its own exclude
+                value = value.exclude(*_tree_keys(subtree))
+            else:
+                kept = inner._new_like(_exclude_storage(inner, subtree))
+                value = kept if inner is value else value._rewrap(kept)
         elif isinstance(value, TensorCollection):
             value = value.copy()
         result[key] = value
@@ -147,7 +166,11 @@ def _exclude_inplace(td: Any, tree: dict) -> None:
             td._check_unlocked()
             del storage[key]
         elif isinstance(value, TensorCollection):
-            _exclude_inplace(_as_td(value), subtree)
+            inner = _as_td(value)
+            if inner is None:  # another kind of collection: its own exclude
+                value.exclude(*_tree_keys(subtree), inplace=True)
+            else:
+                _exclude_inplace(inner, subtree)
 
 
 def split_keys(td: Any, key_sets: tuple, *, inplace: bool, default: Any, strict: bool,
@@ -185,12 +208,12 @@ def _drop_empty(storage: dict) -> dict:
     """
     result = {}
     for key, value in storage.items():
-        if isinstance(value, TensorCollection) and _as_td(value) is value:
-            inner = _drop_empty(value._tensordict)
+        if isinstance(value, TensorCollection) and (td := _as_td(value)) is not None and td is value:
+            inner = _drop_empty(td._tensordict)
             if not inner:
                 continue
-            if len(inner) != len(value._tensordict):
-                value = value._new_like(inner)
+            if len(inner) != len(td._tensordict):
+                value = td._new_like(inner)
         result[key] = value
     return result
 
@@ -230,7 +253,7 @@ def flatten_keys(td: Any, separator: str, inplace: bool, is_leaf: Optional[Calla
 
 def _rebatch_leaf(value: Any, batch_size: torch.Size) -> Any:
     # A non-tensor leaf of a sub-td with a longer batch takes the parent's batch once flattened.
-    if type(value) is NonTensorData and value.batch_size != batch_size:
+    if isinstance(value, NonTensorData) and value.batch_size != batch_size:
         return value._with_batch_size(batch_size)
     return value
 

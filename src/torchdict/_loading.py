@@ -18,7 +18,7 @@ killed in the middle of swapping it in is first put back (:func:`torchdict._fold
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -40,6 +40,10 @@ from ._saved_classes import find_saved_class, names_a_tensordict
 from ._upstream_format import load_upstream_folder, upstream_child
 from .memmap import map_file
 from .nontensor import NonTensorData, NonTensorStack
+from .nontensor._metadata import one_value_class
+
+if TYPE_CHECKING:
+    from .tensordict import TensorDict
 
 __all__ = ["FolderLoader", "LocalTree", "load_memmap", "normalize_subpath"]
 
@@ -84,7 +88,7 @@ class FolderLoader:
 
     __slots__ = ("cls", "mode", "allow_pickle", "pool", "tree", "progress")
 
-    def __init__(self, cls: type, mode: str | None, allow_pickle: bool, pool: Any, tree: Any = None,
+    def __init__(self, cls: type[TensorDict], mode: str | None, allow_pickle: bool, pool: Any, tree: Any = None,
                  progress: Any = None) -> None:
         self.cls = cls  # the TensorDict class to build
         self.mode = mode  # "r+" (shared), "r" (copy-on-write) or None (per file, as upstream)
@@ -190,7 +194,7 @@ def _non_tensor_leaf(loader: FolderLoader, folder: str, key: str, entry: dict, k
     else:
         raise corrupt_meta(folder, f"entry {key!r} has no value")
     if kind == "non_tensor":
-        return NonTensorData(value, leaf_batch, _CPU)
+        return one_value_class(entry.get("class"))(value, leaf_batch, _CPU)  # a MetaData saved as one
     if type(value) is not list or len(value) != leaf_batch.numel():
         raise corrupt_meta(folder, f"entry {key!r} does not hold one value per batch element")
     return NonTensorStack(value, leaf_batch, _CPU)
@@ -334,7 +338,7 @@ def _open_tree(folder: str, mode: str | None) -> tuple:
 
 def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None,
                 robust_key: bool | None = True, subpath: Any = None, mode: str | None = None,
-                num_threads: int = 0, allow_pickle: bool | None = None, cls: type | None = None) -> Any:
+                num_threads: int = 0, allow_pickle: bool | None = None, cls: type[TensorDict] | None = None) -> Any:
     """Load a folder or ``.tdz`` archive written by ``memmap`` (or by upstream tensordict 0.15.x), mapping its files.
 
     See :meth:`torchdict._persistence_mixin.PersistenceMixin.load_memmap`. ``robust_key`` is accepted for upstream's
@@ -349,7 +353,9 @@ def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *, 
     [0, 1]
     """
     if cls is None:
-        from .tensordict import TensorDict as cls
+        from .tensordict import TensorDict
+
+        cls = TensorDict
     if mode not in (None, "r", "r+"):
         raise ValueError(f"mode must be 'r', 'r+' or None, got {mode!r}.")
     if allow_pickle is not None and not isinstance(allow_pickle, bool):

@@ -15,7 +15,11 @@ from ._base import TensorCollection
 from ._errors import locked_error
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+    from ._host import TensorDictHost
     from .tensordict import TensorDict
+else:
+    TensorDictHost = object
 
 
 def keep_lock(source: Any, result: Any) -> Any:
@@ -35,7 +39,7 @@ def keep_lock_all(source: Any, results: tuple) -> tuple:
     return results
 
 
-class LockingMixin:
+class LockingMixin(TensorDictHost):
     __slots__ = ()
 
     @property
@@ -54,7 +58,7 @@ class LockingMixin:
         if self._is_locked:
             raise locked_error()
 
-    def lock_(self) -> "TensorDict":
+    def lock_(self) -> Self:
         """Forbid new keys, deletions and replacements, recursively; returns self."""
         was_locked = self._is_locked
         self._lock_tree()
@@ -71,7 +75,7 @@ class LockingMixin:
                 child._lock_parents += 1
                 child._lock_tree()
 
-    def unlock_(self) -> "TensorDict":
+    def unlock_(self) -> Self:
         """Allow modifications again (not on a td held by a locked parent); returns self."""
         if self._lock_parents:
             raise RuntimeError(

@@ -139,12 +139,11 @@ def _create_parents(node: Any, missing: tuple) -> Any:
 
     for key in missing:
         folder = _folder_of(node)
-        child_folder = None
-        if folder is not None:
-            child_folder = folder + os.sep + key_to_filename(key, directory=True)
+        name = key_to_filename(key, directory=True)
+        child_folder = None if folder is None else folder + os.sep + name
         child = save_collection(TensorDict({}, batch_size=node.batch_size), child_folder)
         if folder is not None:
-            _add_to_meta(folder, key, {"kind": "collection", "dir": os.path.basename(child_folder)})
+            _add_to_meta(folder, key, {"kind": "collection", "dir": name})
         _attach(node, key, child)
         node = child
     return node
@@ -222,6 +221,7 @@ def make_memmap_from_storage(td: Any, key: Any, storage: Any, shape: Any, *, dty
                 raise RuntimeError(f"The storage is mapped from {own_file}, not from {file_path}, the file of the "
                                    "new entry in the folder of the TensorDict.")
         flat = MemoryMappedTensor.from_storage(untyped, dtype=dtype, filename=own_file)
+        assert isinstance(flat, MemoryMappedTensor)  # no index: the storage itself, mapped
         if flat.shape == size:
             return flat
         view = torch.Tensor.view(torch.Tensor.__getitem__(flat, slice(0, size.numel())), size)

@@ -34,7 +34,7 @@ Example::
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import nn
@@ -45,6 +45,14 @@ from ._context import set_exit_action
 from ._errors import MessageKeyError
 from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
 
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
+    from ._host import TensorDictHost
+    from ._params import TensorDictParams
+else:
+    TensorDictHost = object
+
 __all__ = ["ModuleMixin"]
 
 _Tensor = torch.Tensor
@@ -53,11 +61,11 @@ _NO_BATCH = torch.Size(())
 _NON_TENSOR = (NonTensorData, NonTensorStack)
 _MISSING: Any = object()
 
-# (dict of the module, attribute name, value to put back)
-_RestoreList = List[Tuple[Dict[str, Any], str, Any]]
+# (dict of the module, or a _Deregistered slot; attribute name; value to put back)
+_RestoreList = List[Tuple[Union[Dict[str, Any], "_Deregistered"], str, Any]]
 
 
-def _is_params(module: Any) -> bool:
+def _is_params(module: Any) -> TypeGuard[TensorDictParams]:
     # TensorDictParams is imported on first use (torchdict.__getattr__): none exists before its module.
     params = sys.modules.get("torchdict._params")
     return params is not None and isinstance(module, params.TensorDictParams)
@@ -474,7 +482,7 @@ def to_module(td: Any, module: nn.Module, *, inplace: Optional[bool] = False, re
 # ------------------------------------------------------------------------------------------- mixin
 
 
-class ModuleMixin:
+class ModuleMixin(TensorDictHost):
     __slots__ = ()
 
     @classmethod

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warnings
 from operator import is_not, methodcaller
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
@@ -22,6 +22,12 @@ from ._base import TensorCollection
 from ._bounded_cache import BoundedCache
 from ._context import undo_to, write_back
 from ._convert import parse_batch_size, parse_device
+from ._unbatched import UnbatchedTensor, detach_unbatched_
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
 _DEVICES: BoundedCache = BoundedCache(64)  # device string -> torch.device, for the to(same device) fast path
@@ -30,7 +36,8 @@ _CAST_METHODS = {
     torch.float64: _Tensor.double, torch.float32: _Tensor.float, torch.float16: _Tensor.half,
     torch.bfloat16: _Tensor.bfloat16, torch.int64: _Tensor.long, torch.int32: _Tensor.int,
     torch.int16: _Tensor.short, torch.int8: _Tensor.char, torch.uint8: _Tensor.byte, torch.bool: _Tensor.bool,
-    torch.complex64: _Tensor.cfloat, torch.complex128: _Tensor.cdouble,
+    # cfloat and cdouble are missing from torch's stubs
+    torch.complex64: getattr(_Tensor, "cfloat"), torch.complex128: getattr(_Tensor, "cdouble"),
 }
 
 
@@ -80,61 +87,16 @@ def clone(td: Any, recurse: bool = True) -> Any:
 # * non_blocking=False: blocking copies.
 # A leaf already on the target device is kept (no .to call): a device check per leaf.
 
-_is_cpu = _Tensor.is_cpu.__get__  # type: ignore[attr-defined]  # (a getset descriptor)
-_device_of = _Tensor.device.__get__  # type: ignore[attr-defined]
+_is_cpu = getattr(_Tensor, "is_cpu").__get__  # (a getset descriptor)
+_device_of = _Tensor.device.__get__
 
 
 def _parse_to(args: tuple, kwargs: dict) -> tuple:
     """``(device, dtype, non_blocking, batch_size)`` from the ways ``Tensor.to`` can be called."""
-    device, dtype, non_blocking, batch_size, _, _ = parse_to_call(args, kwargs)
-    return device, dtype, bool(non_blocking), batch_size
+    from ._to_call import parse_to_call
 
-
-def parse_to_call(args: tuple, kwargs: dict) -> tuple:
-    """``(device, dtype, non_blocking, batch_size, non_blocking_pin, num_threads)`` of a ``to()`` call.
-
-    ``non_blocking`` is None unless given: by keyword, or as a positional bool after the device,
-    dtype or tensor (a positional True is read as None, with upstream's FutureWarning).
-    """
-    keyword = "non_blocking" in kwargs
-    device = kwargs.pop("device", None)
-    dtype = kwargs.pop("dtype", None)
-    non_blocking = kwargs.pop("non_blocking", None)
-    batch_size = kwargs.pop("batch_size", None)
-    pin = bool(kwargs.pop("non_blocking_pin", False))
-    num_threads = kwargs.pop("num_threads", None)
-    kwargs.pop("copy", None)
-    if kwargs:
-        raise TypeError(f"to() got unexpected keyword arguments {sorted(kwargs)}.")
-    positional = list(args)
-    if positional and isinstance(positional[-1], bool):
-        flag = positional.pop()
-        if not keyword:
-            non_blocking = _positional_non_blocking(flag)
-    for arg in positional:
-        if isinstance(arg, torch.dtype):
-            dtype = arg
-        elif isinstance(arg, _Tensor):
-            device, dtype = arg.device, arg.dtype
-        elif isinstance(arg, TensorCollection):
-            device = unwrap(arg)._device
-        elif isinstance(arg, (str, torch.device, int)):
-            device = arg
-        else:
-            raise TypeError(f"to() cannot take an argument of type {type(arg).__name__}.")
-    device = parse_device(device) if device is not None else None
-    return device, dtype, non_blocking, batch_size, pin, num_threads
-
-
-def _positional_non_blocking(flag: bool) -> Optional[bool]:
-    if not flag:
-        return False
-    if not torch.compiler.is_compiling():
-        warnings.warn("to() ignores a positional non_blocking=True: it copies as for the default non_blocking=None, "
-                      "which synchronizes after a copy to a device other than CUDA. Pass non_blocking=True by "
-                      "keyword to skip that synchronization, or drop it to keep the current behaviour.",
-                      FutureWarning, stacklevel=4)
-    return None
+    call = parse_to_call(args, kwargs)
+    return call.device, call.dtype, bool(call.non_blocking), call.batch_size
 
 
 def check_device_exists(device: torch.device) -> None:
@@ -157,40 +119,56 @@ def _all_on(leaves: list, device: torch.device) -> bool:
 
 @write_back(undo_to)  # here rather than on the method: its already-there fast path stays free
 def to(td: Any, *args: Any, **kwargs: Any) -> Any:
-    """``td`` moved/cast like ``Tensor.to``; ``td`` itself when nothing changes."""
-    device, dtype, non_blocking, batch_size, pin, num_threads = parse_to_call(args, kwargs)
-    if batch_size is not None:
-        td.batch_size = parse_batch_size(batch_size)
+    """``td`` moved/cast like ``Tensor.to``; ``td`` itself when nothing changes (see ``MovesMixin.to``)."""
+    from ._to_call import is_attrs_argument, parse_to_call, to_per_leaf  # on first use: import torchdict stays light
+
+    if args and is_attrs_argument(args[0]):
+        return to_per_leaf(td, args, kwargs)
+    call = parse_to_call(args, kwargs)
+    device, batch_size = call.device, call.batch_size
     moving = device is not None and device != td._device
-    if not moving and dtype is None:
+    if not moving and not call.converts():
+        if batch_size is not None:
+            td.batch_size = parse_batch_size(batch_size)
         return td
-    if moving and dtype is None and getattr(td, "_consolidated", None) is not None:
+    if batch_size is not None:
+        batch_size = parse_batch_size(batch_size)
+        check_leaves_fit(td, batch_size)  # before any copy: a failed call changes nothing
+    consolidated_move = moving and not call.converts() and td.is_consolidated()
+    if call.inplace and not consolidated_move:
+        td._check_unlocked()  # (a consolidated TensorDict, locked, moves in place as one storage)
+    if consolidated_move:
         from . import _consolidate
 
-        if _consolidate.is_consolidated(td):
-            check_device_exists(device)
-            return _consolidate.to_consolidated(td, device, non_blocking, pin)
+        check_device_exists(device)
+        result = _consolidate.to_consolidated(td, device, call.non_blocking, call.pin, call.inplace)
+        if batch_size is not None:
+            result.batch_size = batch_size
+        return result
     storage = td._tensordict
     flat_leaves = flat_tensors(storage)
     flat = flat_leaves is not None
     leaves = flat_leaves if flat_leaves is not None else tensor_leaves(td)
-    if moving and dtype is None and not pin and _all_on(leaves, device):
+    if moving and not call.converts() and not call.pin and _all_on(leaves, device):
         results = leaves  # nothing to copy: a new TensorDict on that device over the same leaves
         wait = False
     else:
         if moving:
             check_device_exists(device)
-        results, wait = _convert(leaves, device if moving else None, dtype, non_blocking, pin, num_threads)
-    if not moving and not any(map(is_not, results, leaves)):
-        return td  # every leaf already had that dtype (Tensor.to returned it)
-    if flat and not moving:
-        result = td._new_like(dict(zip(storage, results)))
-    elif flat:
-        result = td._new_unsafe(dict(zip(storage, results)), td._batch_size, device, td._names)
-    elif moving:
-        result = rebuild(td, iter(results), td._batch_size, non_tensor=_non_tensor_to(device), device=device)
-    else:
-        result = rebuild(td, iter(results), td._batch_size)
+        results, wait = _convert(td, leaves, device if moving else None, call)
+    if not moving and batch_size is None and not any(map(is_not, results, leaves)):
+        return td  # every leaf already had that dtype and memory format (Tensor.to returned it)
+    if call.inplace:
+        result = _rebuilt(td, results, flat, moving, device, None)
+        if wait:
+            from ._consolidate import sync_transfers
+
+            sync_transfers()
+        adopt(td, result)
+        if batch_size is not None:
+            td.batch_size = batch_size  # the setter's rule (checked above)
+        return td
+    result = _rebuilt(td, results, flat, moving, device, batch_size)
     if td._is_locked:
         result._lock_tree()
     if wait:
@@ -198,6 +176,96 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
 
         sync_transfers()
     return result
+
+
+def _rebuilt(td: Any, results: list, flat: bool, moving: bool, device: Optional[torch.device],
+             batch_size: Optional[torch.Size]) -> Any:
+    """``td``'s structure over ``results`` (on ``device`` when moving). With ``batch_size`` (upstream's rule
+    for a move or cast with a batch size), the result and every nested TensorDict get exactly that batch
+    size and no names, with upstream's FutureWarning where a later version will keep them."""
+    if batch_size is not None:
+        if not torch.compiler.is_compiling() and _batch_size_will_change(td, batch_size, root=True):
+            warnings.warn("to() with a batch_size and a new device or dtype gives every nested tensordict exactly "
+                          "that batch size and erases the names. Starting with TensorDict 0.17, the default will "
+                          "change to setting the batch size as to(batch_size=...) does without a device, which "
+                          "keeps the nested batch sizes and names. Call to(...) and then set the batch_size to "
+                          "get the new behaviour now.", FutureWarning, stacklevel=4)
+        kwargs = {"device": device} if moving else {}
+        non_tensor = _non_tensor_to(device) if moving else keep_non_tensor
+        result = rebuild(td, iter(results), batch_size, batch_of=lambda old: batch_size, non_tensor=non_tensor,
+                         **kwargs)
+        _erase_names(result)
+        return result
+    storage = td._tensordict
+    if flat and not moving:
+        return td._new_like(dict(zip(storage, results)))
+    if flat:
+        return td._new_unsafe(dict(zip(storage, results)), td._batch_size, device, td._names)
+    if moving:
+        return rebuild(td, iter(results), td._batch_size, non_tensor=_non_tensor_to(device), device=device)
+    return rebuild(td, iter(results), td._batch_size)
+
+
+def check_leaves_fit(td: Any, batch_size: torch.Size) -> None:
+    """Every tensor leaf's shape starts with ``batch_size`` (torch's message otherwise, as the setter's)."""
+    from ._cast_filter import keyed_tensor_leaves
+    from ._errors import incompatible_batch_error
+
+    count = len(batch_size)
+    for key, leaf in keyed_tensor_leaves(td):
+        if tuple(leaf.shape[:count]) != tuple(batch_size):
+            raise incompatible_batch_error(key if len(key) > 1 else key[0], leaf.shape, batch_size)
+
+
+def _batch_size_will_change(td: Any, batch_size: torch.Size, root: bool) -> bool:
+    """Whether ``to(device, batch_size=...)`` gives another result than ``to(device)`` then the setter."""
+    inner = unwrap(td)
+    if not root:
+        own = getattr(inner, "_batch_size", None)
+        if own is None or getattr(inner, "_tensordict", None) is None:
+            return True  # a nested lazy stack
+        if len(own) >= len(batch_size) and own != batch_size:
+            return True
+    names = getattr(inner, "_names", None)
+    if names is not None and any(name is not None for name in names[:len(batch_size)]):
+        return True
+    storage = getattr(inner, "_tensordict", None)
+    if type(storage) is not dict:
+        return False
+    return any(_batch_size_will_change(value, batch_size, root=False) for value in storage.values()
+               if isinstance(value, TensorCollection) and not getattr(type(value), "_is_non_tensor", False))
+
+
+def _erase_names(td: Any) -> None:
+    inner = unwrap(td)
+    if hasattr(inner, "_names"):
+        inner._names = None
+    storage = getattr(inner, "_tensordict", None)
+    if type(storage) is dict:
+        for value in storage.values():
+            if isinstance(value, TensorCollection) and not getattr(type(value), "_is_non_tensor", False):
+                _erase_names(value)
+
+
+def adopt(td: Any, result: Any) -> Any:
+    """``to(..., inplace=True)``: ``td`` takes the leaves and devices of ``result`` (its own structure
+    converted), keeping its identity and that of its nested collections; returns ``td``."""
+    from ._inplace_results import take_over
+
+    _adopt_devices(unwrap(td), unwrap(result))
+    return take_over(td, result, allow_locked=True)
+
+
+def _adopt_devices(td: Any, result: Any) -> None:
+    td._device = result._device
+    storage, new = td._tensordict, result._tensordict
+    for key, value in storage.items():
+        other = new.get(key)
+        if isinstance(value, TensorCollection) and isinstance(other, TensorCollection):
+            inner, other_inner = unwrap(value), unwrap(other)
+            if type(getattr(inner, "_tensordict", None)) is dict and type(getattr(other_inner, "_tensordict", None)) \
+                    is dict:
+                _adopt_devices(inner, other_inner)
 
 
 def copy_mode(device: Optional[torch.device], non_blocking: Optional[bool], compiling: bool,
@@ -219,21 +287,46 @@ def copy_mode(device: Optional[torch.device], non_blocking: Optional[bool], comp
     return True, device.type != "cuda" and not all_on_host()
 
 
-def _convert(leaves: list, device: Optional[torch.device], dtype: Optional[torch.dtype],
-             non_blocking: Optional[bool], pin: bool, num_threads: Optional[int]) -> tuple:
-    """``(converted leaves, whether to wait for the copies)`` for ``to(device, dtype)``."""
-    asynchronous, wait = copy_mode(device, non_blocking, torch.compiler.is_compiling(),
+def _convert(td: Any, leaves: list, device: Optional[torch.device], call: Any) -> tuple:
+    """``(converted leaves, whether to wait for the copies)`` for ``to(device, dtype, memory_format=...)``."""
+    dtype, memory_format = call.dtype, call.memory_format
+    asynchronous, wait = copy_mode(device, call.non_blocking, torch.compiler.is_compiling(),
                                    lambda: all(map(_is_cpu, leaves)))
-    if device is None and not asynchronous and dtype in _CAST_METHODS:
-        convert = _CAST_METHODS[dtype]  # ``leaf.double()`` is faster than ``leaf.to(torch.float64)``
-    else:
-        target = tuple(item for item in (device, dtype) if item is not None)
-        convert = methodcaller("to", *target, non_blocking=True) if asynchronous else methodcaller("to", *target)
-    if pin:
+    dtypes: Any = None
+    if call.cast_filter is not None:
+        from ._cast_filter import keyed_tensor_leaves
+
+        # The predicate runs on every leaf before any copy: one that raises leaves nothing half done.
+        dtypes = [dtype if call.cast_filter(key, leaf) else None for key, leaf in keyed_tensor_leaves(td)]
+    if call.pin:
         from ._consolidate import _pin_all
 
-        leaves = _pin_all(leaves, num_threads)
-    return list(map(convert, leaves)), wait
+        leaves = _pin_all(leaves, call.num_threads)
+    if dtypes is None and memory_format is None:
+        if device is None and not asynchronous and dtype in _CAST_METHODS:
+            convert = _CAST_METHODS[dtype]  # ``leaf.double()`` is faster than ``leaf.to(torch.float64)``
+        else:
+            target = tuple(item for item in (device, dtype) if item is not None)
+            convert = methodcaller("to", *target, non_blocking=True) if asynchronous else methodcaller("to", *target)
+        return list(map(convert, leaves)), wait
+    if dtypes is None:
+        dtypes = [dtype] * len(leaves)
+    return [_convert_leaf(leaf, device, leaf_dtype, memory_format, asynchronous)
+            for leaf, leaf_dtype in zip(leaves, dtypes)], wait
+
+
+def _convert_leaf(leaf: torch.Tensor, device: Optional[torch.device], dtype: Optional[torch.dtype],
+                  memory_format: Optional[torch.memory_format], asynchronous: bool) -> torch.Tensor:
+    """One leaf to ``device`` / ``dtype``; ``memory_format`` applies to 4-D and 5-D leaves (as
+    ``nn.Module.to`` does)."""
+    target = tuple(item for item in (device, dtype) if item is not None)
+    if memory_format is not None and leaf.dim() in (4, 5):
+        if asynchronous:
+            return leaf.to(*target, non_blocking=True, memory_format=memory_format)
+        return leaf.to(*target, memory_format=memory_format)
+    if not target:
+        return leaf
+    return leaf.to(*target, non_blocking=True) if asynchronous else leaf.to(*target)
 
 
 def _non_tensor_to(device: torch.device) -> Any:
@@ -323,7 +416,7 @@ CASTS = {
 QUANTIZED_CASTS = {"qint8": torch.qint8, "qint32": torch.qint32, "quint8": torch.quint8, "quint4x2": torch.quint4x2}
 
 
-class MovesMixin:
+class MovesMixin(TensorDictHost):
     __slots__ = ()
 
     def clone(self, recurse: bool = True, **kwargs: Any) -> Any:
@@ -349,8 +442,14 @@ class MovesMixin:
 
     def detach_(self) -> Any:
         """Detach every leaf in place; returns self."""
+        unbatched = False
         for leaf in tensor_leaves(self):
-            leaf.detach_()
+            if type(leaf) is not _Tensor and isinstance(leaf, UnbatchedTensor):
+                unbatched = True  # an alias (a view): replaced by its detach() below, as upstream
+            else:
+                leaf.detach_()
+        if unbatched:
+            detach_unbatched_(self)
         return self
 
     @property
@@ -401,9 +500,14 @@ class MovesMixin:
         In a ``with`` block, edits to the result are written back to self on exit
         (cast back to each leaf's dtype and device).
 
-        Accepts a device, a dtype, both, a tensor (its device and dtype) or a TensorDict
-        (its device), plus ``non_blocking=`` and ``batch_size=`` (which sets the batch size
-        in place). ``to(dtype)`` casts every tensor leaf.
+        Accepts what ``Tensor.to`` does (a device, a dtype, both, a tensor, ``non_blocking=``,
+        ``memory_format=``: applied to the 4-D and 5-D leaves) and upstream's keywords:
+        ``other=`` (a TensorDict: its device, and its dtype when all its leaves share one),
+        ``inplace=True`` (the leaves written into self, returned), ``cast_filter=`` (which leaves
+        a dtype casts), ``batch_size=`` (alone: set in place; with a move or cast: the result's),
+        ``non_blocking_pin=`` and ``num_threads=``. A collection first (``to(other.attrs())``)
+        sends each leaf to the device and dtype recorded at its key. A failed call changes
+        nothing. See docs/devices.md.
 
         >>> td = TensorDict(a=torch.zeros(2), device="cpu")
         >>> td.to("cpu") is td

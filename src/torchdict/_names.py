@@ -1,11 +1,18 @@
 """Optional names for the batch dimensions (one str or None per dim)."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import torch
 
 from ._errors import locked_error
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+    from ._host import TensorDictHost
+    from .tensordict import TensorDict
+else:
+    TensorDictHost = object
 
 
 def check_names(names: Optional[Sequence[Optional[str]]], batch_size: torch.Size) -> Optional[list]:
@@ -33,7 +40,7 @@ def expand_ellipsis(names: tuple, current: list) -> tuple:
     return names[:position] + tuple(current[position:position + fill]) + names[position + 1:]
 
 
-class NamesMixin:
+class NamesMixin(TensorDictHost):
     __slots__ = ()
 
     @property
@@ -52,12 +59,12 @@ class NamesMixin:
             raise locked_error()
         self._names = new_names
 
-    def refine_names(self, *names: Optional[str]) -> "TensorDict":
+    def refine_names(self, *names: Optional[str]) -> Self:
         """Set names for the batch dims (``...`` keeps the names of the dims it spans); returns self."""
         self.names = expand_ellipsis(names, self.names)
         return self
 
-    def rename_(self, *names: Optional[str], **rename_map: str) -> "TensorDict":
+    def rename_(self, *names: Optional[str], **rename_map: str) -> Self:
         """Rename batch dims in place, positionally or with ``old=new``; returns self."""
         if not names and not rename_map:
             return self

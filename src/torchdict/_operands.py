@@ -31,7 +31,7 @@ from ._errors import keys_mismatch_error
 _Tensor = torch.Tensor
 _SCALARS = (bool, int, float, complex)
 # C-level getters torch.compile can trace too (Dynamo can't call an attrgetter made outside the compiled code).
-_dtype_of = torch.Tensor.dtype.__get__  # type: ignore[attr-defined]  # (a getset descriptor)
+_dtype_of = getattr(torch.Tensor, "dtype").__get__  # (a getset descriptor)
 _ndim_of = torch.Tensor.dim
 
 UNSUPPORTED: Any = object()  # what as_operand returns for a type no leaf-wise op accepts

@@ -246,7 +246,7 @@ def _grown_non_tensor(n_batch: int, n_operand: int) -> Callable:
     def grow(leaf: Any, batch_size: torch.Size) -> Any:
         if leaf.batch_size == batch_size:
             return leaf
-        if type(leaf) is NonTensorData:
+        if isinstance(leaf, NonTensorData):
             return leaf._with_batch_size(batch_size)
 
         def spread(grid: torch.Tensor) -> torch.Tensor:
@@ -273,7 +273,7 @@ def _non_tensor_comparison(pairs: dict, equal: bool) -> Callable:
 
 def _values_over(leaf: Any, batch_size: torch.Size) -> list:
     """The values of a non-tensor leaf, one per element of ``batch_size`` (broadcast from the left)."""
-    if type(leaf) is NonTensorData:
+    if isinstance(leaf, NonTensorData):
         return [leaf.data] * batch_size.numel()
     grid = torch.arange(len(leaf._flat_values())).view(leaf.batch_size)
     grid = grid.view((1,) * (len(batch_size) - grid.ndim) + grid.shape).expand(batch_size)
@@ -440,12 +440,15 @@ _TAKES_DEFAULT = frozenset({"mul", "pow", "maximum", "minimum", "clamp_min", "cl
 
 
 def _make_binary(name: str, inplace: bool) -> Callable:
+    method: Callable
     if not inplace and name in _TAKES_DEFAULT:
-        def method(self: Any, other: Any, *, default: Any = None) -> Any:
+        def with_default(self: Any, other: Any, *, default: Any = None) -> Any:
             return _binary_call(self, other, name, {}, default=default)
+        method = with_default
     else:
-        def method(self: Any, other: Any) -> Any:
+        def plain(self: Any, other: Any) -> Any:
             return _binary_call(self, other, name, {}, inplace)
+        method = plain
 
     method.__name__ = method.__qualname__ = f"{name}_" if inplace else name
     method.__doc__ = (f"``{name}_`` in place on every leaf (allowed on a locked TensorDict); returns self."

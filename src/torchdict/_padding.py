@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Mapping
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -38,6 +38,12 @@ from ._base import TensorCollection
 from ._errors import locked_error
 from ._keys import NestedKey, key_to_tuple, unravel_key
 from .nontensor import NonTensorData, NonTensorStack, _from_grid, combine_non_tensor
+from ._unbatched import UnbatchedTensor
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 __all__ = ["pad", "pad_sequence"]
 
@@ -141,7 +147,10 @@ def pad(tensordict: Any, pad_size: Sequence[int], value: float = 0.0, inplace: b
         _check_tree_unlocked(inner)
     new_batch = torch.Size([size + before + after for size, (before, after) in zip(old_batch, pairs)]
                            + list(old_batch[len(pairs):]))
-    padded_leaves = (F.pad(leaf, _torch_widths(pairs, leaf.dim()), value=value) for leaf in tensor_leaves(inner))
+    # (an UnbatchedTensor has no batch dims to pad: kept, rebuild gives it the new batch size)
+    padded_leaves = (leaf if isinstance(leaf, UnbatchedTensor) else F.pad(leaf, _torch_widths(pairs, leaf.dim()),
+                                                                          value=value)
+                     for leaf in tensor_leaves(inner))
     padded = rebuild(inner, padded_leaves, new_batch, non_tensor=lambda leaf, _: _pad_non_tensor(leaf, pairs))
     padded._names = inner._names  # padding keeps each dim where it is
     if inplace:
@@ -417,7 +426,7 @@ def pad_sequence(list_of_tensordicts: Sequence[Any], pad_dim: int = 0,
 # --------------------------------------------------------------------------- the TensorDict members
 
 
-class PaddingMixin:
+class PaddingMixin(TensorDictHost):
     """``td.pad(...)`` (the function above as a method) and ``td.to_padded_tensor(...)``."""
 
     __slots__ = ()

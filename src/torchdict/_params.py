@@ -28,6 +28,8 @@ True
 """
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any, Callable, Iterator, List, Optional, Tuple
 
 import torch
@@ -40,6 +42,7 @@ __all__ = ["TensorDictParams"]
 
 _Tensor = torch.Tensor
 _Parameter = nn.Parameter
+_KEEP: Any = object()  # an apply() keyword not given (None is a value for some of them)
 
 # Plain tensors of these dtypes become Parameters (upstream's set: bfloat16, complex and
 # float8 leaves stay buffers there too).
@@ -101,10 +104,10 @@ def _check_key(key: Any) -> None:
                 raise ValueError(f"TensorDictParams: key {key!r} cannot name a parameter (empty, or contains '.').")
 
 
-def _refresh_devices(td: Any) -> None:
+def _refresh_devices(td: Any) -> Optional[torch.device]:
     """After a module-side move: a TensorDict with a device takes its leaves' common device (or None)."""
     inner = _unwrap(td)
-    devices = set()
+    devices: set = set()
     for value in inner._tensordict.values():
         if isinstance(value, _Tensor):
             devices.add(value.device)
@@ -151,7 +154,7 @@ class TensorDictParams(nn.Module, TensorDictBase):
     """
 
     # A module stays hashable (nn.Module keeps modules in sets); ``==`` still compares the entries.
-    __hash__ = nn.Module.__hash__
+    __hash__ = nn.Module.__hash__  # type: ignore[assignment]  # TensorDictBase's None, replaced
 
     def __init__(self, parameters: Any = None, *, no_convert: bool = False, lock: bool = False) -> None:
         td = _as_tensordict(parameters)
@@ -197,6 +200,17 @@ class TensorDictParams(nn.Module, TensorDictBase):
                 if current is not None and current is not leaf:
                     storage[key] = current
         _refresh_devices(self._param_td)
+
+    def cpu(self, **kwargs: Any) -> "TensorDictParams":
+        """``nn.Module.cpu`` (in place, as ``to``); ``non_blocking=`` and TensorDict.cpu's other keywords go to
+        ``to``."""
+        return super().cpu() if not kwargs else self.to("cpu", **kwargs)
+
+    def cuda(self, device: Any = None, **kwargs: Any) -> "TensorDictParams":
+        """``nn.Module.cuda`` (in place, as ``to``); keywords as :meth:`cpu`'s."""
+        if not kwargs:
+            return super().cuda(device)
+        return self.to(torch.device("cuda", device) if isinstance(device, int) else device or "cuda", **kwargs)
 
     def _apply(self, fn: Callable, recurse: bool = True) -> "TensorDictParams":
         # .to() / .cuda() / .double() / share_memory(): nn.Module may replace buffers (and, with
@@ -285,8 +299,11 @@ class TensorDictParams(nn.Module, TensorDictBase):
         delegated.__doc__ = getattr(attribute, "__doc__", None)
         return delegated
 
-    def apply(self, fn: Callable, *others: Any, **kwargs: Any) -> Any:
-        """``TensorDict.apply`` on the held TensorDict (not ``nn.Module.apply``, as upstream).
+    def apply(self, fn: Callable, *others: Any, batch_size: Any = None, device: Any = _KEEP, names: Any = _KEEP,
+              inplace: bool = False, default: Any = _KEEP, filter_empty: Optional[bool] = None,
+              propagate_lock: bool = False, call_on_nested: bool = False, is_leaf: Optional[Callable] = None,
+              out: Any = None, **constructor_kwargs: Any) -> Any:
+        """``TensorDict.apply`` on the held TensorDict (not ``nn.Module.apply``, as upstream), with its keywords.
 
         Returns a TensorDict; with ``inplace=True`` the results are written into
         the held TensorDict (and registered) and this module is returned.
@@ -298,10 +315,62 @@ class TensorDictParams(nn.Module, TensorDictBase):
         >>> type(zeros).__name__, zeros["w"].tolist()
         ('TensorDict', [0.0, 0.0])
         """
-        result = self._param_td.apply(fn, *others, **kwargs)
-        if kwargs.get("inplace", False):
+        options = {name: value for name, value in (("device", device), ("names", names), ("default", default))
+                   if value is not _KEEP}
+        result = self._param_td.apply(fn, *others, batch_size=batch_size, inplace=inplace, filter_empty=filter_empty,
+                                      propagate_lock=propagate_lock, call_on_nested=call_on_nested, is_leaf=is_leaf,
+                                      out=out, **options, **constructor_kwargs)
+        if inplace:
             self._sync()
         return self if result is self._param_td else result
+
+    # ---------------------------------------------------------------- module casts with cast_filter
+    def _cast_chosen(self, cast: Callable[[_Tensor], _Tensor], cast_filter: Optional[Callable],
+                     module_cast: Callable[[], Any]) -> "TensorDictParams":
+        """``module_cast()`` (nn.Module's in-place cast), or with ``cast_filter`` the same in-place cast of
+        the leaves ``cast_filter(key, leaf)`` chooses (every chosen leaf, as upstream's filtered casts)."""
+        if cast_filter is None:
+            return module_cast()
+        from ._cast_filter import keyed_tensor_leaves
+
+        pairs = list(keyed_tensor_leaves(self._param_td))
+        chosen = {id(leaf) for key, leaf in pairs if cast_filter(key, leaf)}  # every call before any cast
+        return self._apply(lambda tensor: cast(tensor) if id(tensor) in chosen else tensor)
+
+    def float(self, *, cast_filter: Optional[Callable] = None) -> "TensorDictParams":
+        return self._cast_chosen(lambda t: t.float(), cast_filter, super().float)
+
+    def double(self, *, cast_filter: Optional[Callable] = None) -> "TensorDictParams":
+        return self._cast_chosen(lambda t: t.double(), cast_filter, super().double)
+
+    def half(self, *, cast_filter: Optional[Callable] = None) -> "TensorDictParams":
+        return self._cast_chosen(lambda t: t.half(), cast_filter, super().half)
+
+    def bfloat16(self, *, cast_filter: Optional[Callable] = None) -> "TensorDictParams":
+        return self._cast_chosen(lambda t: t.bfloat16(), cast_filter, super().bfloat16)
+
+    def type(self, dst_type: Any, *, cast_filter: Optional[Callable] = None) -> "TensorDictParams":
+        return self._cast_chosen(lambda t: t.type(dst_type), cast_filter, lambda: super(TensorDictParams, self)
+                                 .type(dst_type))
+
+    # ---------------------------------------------------------------- state dicts
+    def state_dict(self, destination: Any = None, prefix: str = "", keep_vars: bool = False,
+                   flatten: bool = True) -> Any:
+        """``nn.Module.state_dict`` (dotted names); ``flatten=False``: the held TensorDict's nested one."""
+        if flatten:
+            return super().state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
+        return self._param_td.state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars,
+                                         flatten=False)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False,
+                        from_flatten: Optional[bool] = None) -> Any:
+        """``nn.Module.load_state_dict``; a nested state dict (``state_dict(flatten=False)``) loads too,
+        whatever ``from_flatten`` says (as upstream, which reads both forms)."""
+        flat: Any = _dotted(state_dict)  # an OrderedDict taking nn.Module's ``_metadata`` attribute
+        metadata = getattr(state_dict, "_metadata", None)
+        if metadata is not None:
+            flat._metadata = metadata
+        return super().load_state_dict(flat, strict=strict, assign=assign)
 
     def _leaves_tree(self) -> Any:
         """A new TensorDict structure around the same leaves (for ``TensorDict.from_module``)."""
@@ -332,14 +401,15 @@ class TensorDictParams(nn.Module, TensorDictBase):
     def __iter__(self) -> Iterator[Any]:
         return iter(self._param_td)
 
-    def set(self, key: Any, item: Any, *args: Any, **kwargs: Any) -> "TensorDictParams":
+    def set(self, key: Any, item: Any, inplace: bool = False, *, non_blocking: bool = False,
+            **kwargs: Any) -> "TensorDictParams":
         """``TensorDict.set``, registering the new leaf; returns this module."""
         _check_key(key)
-        self._param_td.set(key, item, *args, **kwargs)
+        self._param_td.set(key, item, inplace, non_blocking=non_blocking, **kwargs)
         self._sync()
         return self
 
-    def clone(self, recurse: bool = True) -> "TensorDictParams":
+    def clone(self, recurse: bool = True, **kwargs: Any) -> "TensorDictParams":
         """A new TensorDictParams with copies of the leaves: Parameters stay Parameters (new graph
         leaves, same ``requires_grad``), buffers stay buffers; gradients are not copied.
         ``recurse=False`` shares the leaves (a new TensorDict structure around the same tensors).
@@ -351,6 +421,9 @@ class TensorDictParams(nn.Module, TensorDictBase):
         >>> type(copy["w"]).__name__, copy["w"] is params["w"], torch.equal(copy["w"], params["w"])
         ('Parameter', False, True)
         """
+        if kwargs:  # TensorDict.clone's keywords name nothing here (upstream's TypeError)
+            raise TypeError(f"TensorDictParams.clone() got an unexpected keyword argument {next(iter(kwargs))!r}")
+
         def copy_leaf(leaf: _Tensor) -> _Tensor:
             if not recurse:
                 return leaf
@@ -377,8 +450,10 @@ class _HeldMember:
         self.name = name
 
     def __get__(self, params: Any, owner: type) -> Any:
-        if params is None:
-            return getattr(TensorDictBase, self.name)
+        if params is None:  # the member that runs: the held TensorDict's (its signature, for inspect)
+            from .tensordict import TensorDict
+
+            return getattr(TensorDict, self.name, None) or getattr(TensorDictBase, self.name)
         return params._held_attribute(self.name)
 
 
@@ -390,6 +465,17 @@ def _delegate_base_members() -> None:
 
 
 _delegate_base_members()
+
+
+def _dotted(state_dict: Any, prefix: str = "") -> "OrderedDict[str, Any]":
+    """A state dict with its nested mappings flattened into dotted names (``{"n": {"x": t}}`` -> ``n.x``)."""
+    flat: "OrderedDict[str, Any]" = OrderedDict()
+    for key, value in state_dict.items():
+        if isinstance(value, Mapping) and not isinstance(value, TensorCollection):
+            flat.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def _as_tensordict(parameters: Any) -> Any:

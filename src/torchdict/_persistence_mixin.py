@@ -6,7 +6,7 @@ Each member is a thin front over the engines: :mod:`torchdict.saving` plans and 
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,10 +14,15 @@ from ._base import tensordict_class
 from .memmap import MemoryMappedTensor
 from .saving import _load_memmap, save_collection
 
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
+
 __all__ = ["PersistenceMixin"]
 
 
-class PersistenceMixin:
+class PersistenceMixin(TensorDictHost):
     """memmap / memmap_ / memmap_like / save / load_memmap / load and the members around them, on TensorDict."""
 
     __slots__ = ()

@@ -35,12 +35,11 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ._base import TensorCollection
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NON_TENSOR_TYPES, NonTensorData
 
 __all__ = ["register_collection_class", "is_registered"]
 
 _Tensor = torch.Tensor
-_NON_TENSOR = (NonTensorData, NonTensorStack)
 
 
 class _ChildMarker:
@@ -72,7 +71,7 @@ class _Constant:
         if type(mine) is not type(theirs):
             return False
         try:
-            if type(mine) is NonTensorData:
+            if isinstance(mine, NonTensorData):
                 return bool(mine.data == theirs.data)
             return bool(mine._flat_values() == theirs._flat_values())
         except Exception:  # values whose == is not a plain bool (arrays, ...)
@@ -159,7 +158,7 @@ def _describe(collection: Any, children: list, probe: list) -> _Node:
             kinds.append(_CHILD)
         elif isinstance(leaf, TensorCollection):
             kinds.append(_describe(leaf, children, probe))
-        elif type(leaf) in _NON_TENSOR:
+        elif type(leaf) in NON_TENSOR_TYPES:
             kinds.append(_Constant(leaf))
         else:  # a raw value held by a shell (see the module docstring)
             children.append(leaf)
@@ -288,7 +287,7 @@ _NO_BATCH = torch.Size(())
 def _rebatch_constant(leaf: Any, key: str, batch_size: torch.Size) -> Any:
     if leaf.batch_size == batch_size:
         return leaf
-    if type(leaf) is NonTensorData:
+    if isinstance(leaf, NonTensorData):
         return leaf._with_batch_size(batch_size)
     raise ValueError(
         f"The NonTensorStack at key {key!r} holds one value per element of a batch of size "

@@ -16,6 +16,7 @@ import torch
 from ._base import TensorCollection
 from ._errors import incompatible_batch_error, locked_error
 from .nontensor import NonTensorData
+from ._unbatched import UnbatchedTensor as _Unbatched
 
 _Tensor = torch.Tensor
 
@@ -43,8 +44,8 @@ def set_batch_size(td: Any, new_size: torch.Size) -> None:
 
 
 def _plan(td: Any, new_size: torch.Size, prefix: tuple, changes: list) -> None:
-    """Check that ``td`` can take ``new_size``; record it (and its non-tensor entries to re-batch) in ``changes``,
-    then the sub-collections that must follow."""
+    """Check that ``td`` can take ``new_size``; record it (and its non-tensor and unbatched entries to re-batch)
+    in ``changes``, then the sub-collections that must follow."""
     if td._is_locked:
         # Stricter than upstream 0.15.3, on purpose: a lock freezes the metadata with the keys (a memmap
         # result's leaves and meta.json were laid out for its batch size).
@@ -53,13 +54,15 @@ def _plan(td: Any, new_size: torch.Size, prefix: tuple, changes: list) -> None:
     non_tensor_keys = []
     subs = []
     for key, leaf in td._tensordict.items():
-        if isinstance(leaf, _Tensor):
+        if type(leaf) is not _Tensor and isinstance(leaf, _Unbatched):
+            non_tensor_keys.append(key)  # no batch dims: it takes the new batch size
+        elif isinstance(leaf, _Tensor):
             if leaf.shape[:n_batch] != new_size:
                 raise incompatible_batch_error(prefix + (key,) if prefix else key, leaf.shape, new_size)
         elif isinstance(leaf, TensorCollection):
             if leaf.batch_size[:n_batch] != new_size:
                 subs.append((key, _as_td(leaf)))
-        elif type(leaf) is NonTensorData:
+        elif isinstance(leaf, NonTensorData):
             if leaf.batch_size[:n_batch] != new_size:
                 non_tensor_keys.append(key)  # one value for the whole batch: it follows any batch
         elif leaf.batch_size[:n_batch] != new_size:

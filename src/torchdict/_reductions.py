@@ -19,13 +19,19 @@ non-tensor stacks are dropped, as there is no way to reduce them.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 import torch
 
 from ._apply import DROP, flat_tensors, rebuild, tensor_leaves
 from ._errors import batch_dim_error
 from .nontensor import NonTensorData
+from ._unbatched import UnbatchedTensor as _Unbatched
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
 _NO_DIM: Any = object()
@@ -126,7 +132,7 @@ def _whole(name: str, leaf: torch.Tensor, keepdim: bool, kwargs: dict) -> torch.
 
 
 def _keep_shared_non_tensor(leaf: Any, batch_size: torch.Size) -> Any:
-    if type(leaf) is NonTensorData:
+    if isinstance(leaf, NonTensorData):
         return leaf if leaf.batch_size == batch_size else leaf._with_batch_size(batch_size)
     return DROP
 
@@ -218,7 +224,13 @@ def reduce(td: Any, name: str, dim: Any = _NO_DIM, keepdim: bool = False, kwargs
     flat = flat_tensors(storage)
     if flat is not None and name not in _WITH_INDICES:
         return td._new_unsafe(dict(zip(storage, map(per_leaf, flat))), new_batch, td._device)
-    results = [per_leaf(leaf) for leaf in (flat if flat is not None else tensor_leaves(td))]
+    if flat is not None:
+        results = [per_leaf(leaf) for leaf in flat]
+    else:
+        # An UnbatchedTensor has no batch dims to reduce: it is kept (rebuild gives it the new batch size).
+        paired = name in _WITH_INDICES and not whole
+        results = [per_leaf(leaf) if not isinstance(leaf, _Unbatched) else (leaf, leaf) if paired else leaf
+                   for leaf in tensor_leaves(td)]
     if name in _WITH_INDICES and not whole:
         return _values_and_indices(td, name, results, new_batch, batch_of)
     return rebuild(td, iter(results), new_batch, batch_of, _keep_shared_non_tensor)
@@ -236,7 +248,7 @@ def _reduce_pooled(td: Any, name: str, dims: Optional[tuple], feature: bool, kee
     return result.squeeze(-1) if keepdim else result
 
 
-class ReductionsMixin:
+class ReductionsMixin(TensorDictHost):
     __slots__ = ()
 
     def sum(self, dim: Any = _NO_DIM, keepdim: bool = False, *, dtype: Optional[torch.dtype] = None,

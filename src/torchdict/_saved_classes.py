@@ -6,7 +6,17 @@ tampered ``meta.json`` cannot make torchdict import or call arbitrary code.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    from .tensordict import TensorDict
+
+    class SavedClass(Protocol):
+        """A registered class (the class object itself): it makes its instances from a TensorDict."""
+
+        def from_tensordict(self, tensordict: TensorDict, /) -> Any: ...
 
 __all__ = ["find_saved_class", "names_a_tensordict", "register_saved_class", "saved_class_name"]
 
@@ -50,7 +60,7 @@ def names_a_tensordict(class_name: Any) -> bool:
     return type(class_name) is str and class_name.startswith("torchdict:") and class_name.endswith("TensorDict")
 
 
-def find_saved_class(class_name: str, shown_name: str, folder: str) -> type:
+def find_saved_class(class_name: str, shown_name: str, folder: str) -> SavedClass:
     """The registered class named ``class_name``; ``shown_name`` is how the error names it."""
     cls = _SAVED_CLASSES.get(class_name)
     if cls is None:

@@ -12,7 +12,7 @@ than one tuple.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
@@ -34,6 +34,12 @@ from ._errors import batch_mismatch_error
 from ._indexing import batch_probe
 from ._locking import keep_lock, keep_lock_all
 from .nontensor import NonTensorData
+from ._unbatched import UnbatchedTensor as _Unbatched, with_batch_size
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
 _Size = torch.Size
@@ -132,7 +138,8 @@ def view_dtype(td: Any, dtype: torch.dtype) -> Any:
             raise batch_mismatch_error(batch, result.shape, "<view(dtype)>")
         return result
 
-    return map_batch(td, reinterpret, batch)
+    # (an UnbatchedTensor's payload is reinterpreted too, as upstream's: the op acts on values)
+    return map_batch(td, reinterpret, batch, unbatched=lambda leaf: leaf.view(dtype))
 
 
 def reshape(td: Any, args: tuple) -> Any:
@@ -407,9 +414,13 @@ def _split_storage(storage: dict, split: Callable[[torch.Tensor], Sequence[torch
     """One storage dict per piece: ``split(leaf)`` gives the pieces of each tensor leaf."""
     results: list = [{} for _ in batch_sizes]
     for key, leaf in storage.items():
-        if isinstance(leaf, _Tensor):
+        if type(leaf) is _Tensor or (isinstance(leaf, _Tensor) and not isinstance(leaf, _Unbatched)):
             for result, piece in zip(results, split(leaf)):
                 result[key] = piece
+        elif isinstance(leaf, _Unbatched):  # no batch dims to split: the same payload in every piece
+            extra = leaf.batch_size[n_batch:]
+            for result, size in zip(results, batch_sizes):
+                result[key] = with_batch_size(leaf, size + extra)
         elif isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
             extra = inner._batch_size[n_batch:]
@@ -417,7 +428,7 @@ def _split_storage(storage: dict, split: Callable[[torch.Tensor], Sequence[torch
             pieces = _split_storage(inner._tensordict, split, n_batch, batch_sizes)
             for result, piece, size in zip(results, pieces, inner_sizes):
                 result[key] = rewrap(leaf, inner._new_unsafe(piece, size, inner._device))
-        elif type(leaf) is NonTensorData:
+        elif isinstance(leaf, NonTensorData):
             extra = leaf.batch_size[n_batch:]
             for result, size in zip(results, batch_sizes):
                 result[key] = leaf._with_batch_size(size + extra)
@@ -489,7 +500,7 @@ def _empty_storage(td: Any, n_batch: int, new_batch: torch.Size, device: Any) ->
             inner_batch = new_batch + inner._batch_size[n_batch:]
             storage[key] = rewrap(leaf, inner._new_unsafe(_empty_storage(inner, n_batch, new_batch, device),
                                                           inner_batch, device))
-        elif type(leaf) is NonTensorData:
+        elif isinstance(leaf, NonTensorData):
             storage[key] = leaf._with_batch_size(new_batch + leaf.batch_size[n_batch:])
         elif not isinstance(leaf, _Tensor) and new_batch == td._batch_size:
             storage[key] = leaf  # a NonTensorStack fits only its own batch
@@ -510,7 +521,7 @@ def new_filled(td: Any, args: tuple, make: Callable[..., torch.Tensor], kwargs: 
 # --------------------------------------------------------------------------- the mixin
 
 
-class ShapeMixin:
+class ShapeMixin(TensorDictHost):
     """Shape ops on the batch dims. Those with an inverse are declared with ``write_back``:
     used in a ``with`` block, what changed in the result is written back to the parent on exit."""
 

@@ -27,7 +27,11 @@ from ._keys import key_to_tuple
 from .nontensor import NonTensorData, NonTensorStack
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+    from ._host import TensorDictHost
     from .tensordict import TensorDict
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
 _NON_TENSOR = (NonTensorData, NonTensorStack)
@@ -54,9 +58,10 @@ def _non_tensor_meta(leaf: Any) -> dict:
             "_non_tensor": {"data": leaf.data, "_metadata": None, "_is_non_tensor": True}}
 
 
-def _new_out() -> OrderedDict:
-    out: OrderedDict = OrderedDict()
-    out._metadata = OrderedDict()  # type: ignore[attr-defined]
+def _new_out() -> Any:
+    # nn.Module's state-dict layout: an OrderedDict carrying a ``_metadata`` attribute (no type says so).
+    out: Any = OrderedDict()
+    out._metadata = OrderedDict()
     return out
 
 
@@ -263,7 +268,7 @@ def _plan_level(td: Any, node: dict, meta: dict, metas: dict, path: tuple, paren
         if key in written or batch_size == td._batch_size:
             continue
         # An entry kept (or copied into) must fit the level's new batch size.
-        if type(existing) is NonTensorData:
+        if isinstance(existing, NonTensorData):
             plan.puts.append((td, key, existing._with_batch_size(batch_size)))
         elif key not in node or not isinstance(existing, TensorCollection):  # loaded sub-levels check themselves
             shape = existing.shape if isinstance(existing, _Tensor) else existing.batch_size
@@ -279,7 +284,7 @@ def _fresh_level(parent: Any, node: dict, metas: dict, path: tuple, batch_size: 
 
 
 # ------------------------------------------------------------------------------ mixin
-class StateDictMixin:
+class StateDictMixin(TensorDictHost):
     __slots__ = ()
 
     def state_dict(self, destination: Any = None, prefix: str = "", keep_vars: bool = False,
@@ -312,7 +317,7 @@ class StateDictMixin:
         return _dump(self, destination, prefix, keep_vars, flatten, set())
 
     def load_state_dict(self, state_dict: Mapping, strict: bool = True, assign: bool = False,
-                        from_flatten: Optional[bool] = None) -> "TensorDict":
+                        from_flatten: Optional[bool] = None) -> Self:
         """Load a ``state_dict()`` (or any mapping of tensors); returns self.
 
         Tensors are copied into the existing leaves (shapes must match; the dtype is cast),

@@ -10,7 +10,7 @@ or :func:`dispatch_to_method`, so this file never needs to know them.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 import torch
 
@@ -20,11 +20,17 @@ from ._base import TensorCollection
 from ._indexing import same_value, batch_probe
 from ._locking import keep_lock
 from ._shape import batch_dim
-from .nontensor import NonTensorData, NonTensorStack, combine_non_tensor
+from .nontensor import NON_TENSOR_TYPES, NonTensorData, combine_non_tensor
+from ._unbatched import UnbatchedTensor as _Unbatched, stack_unbatched
+from .nontensor._metadata import concatenated_metadata, stacked_metadata
+
+if TYPE_CHECKING:
+    from ._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 _Tensor = torch.Tensor
 _Size = torch.Size
-_NON_TENSOR = (NonTensorData, NonTensorStack)
 
 #: torch function -> handler with the same signature as the torch function.
 TORCH_FUNCTIONS: Dict[Callable, Callable] = {}
@@ -118,7 +124,7 @@ class _Combine:
         self.non_tensor = non_tensor  # (leaves, dim) -> the combined non-tensor leaf
 
 
-def _combine_storage(storages: list, dim: int, n_batch: int, new_batch: torch.Size, out: Optional[dict],
+def _combine_storage(storages: Sequence[dict], dim: int, n_batch: int, new_batch: torch.Size, out: Optional[dict],
                      kind: _Combine) -> dict:
     """Combine key by key; the caller has checked that every storage has as many keys as the first."""
     torch_fn = kind.torch_fn
@@ -142,7 +148,9 @@ def _combine_entry(result: dict, key: str, leaf: Any, leaves: list, dim: int, n_
                    new_batch: torch.Size, out: Optional[dict], kind: _Combine) -> None:
     """One entry that is not a plain tensor combined into a new result: a tensor subclass, a tensor
     written into ``out``, a nested collection or a non-tensor leaf."""
-    if isinstance(leaf, _Tensor):
+    if isinstance(leaf, _Unbatched):  # no batch dims to combine: the first one, with the new batch size
+        result[key] = stack_unbatched(leaves, new_batch + leaf.batch_size[n_batch:])
+    elif isinstance(leaf, _Tensor):
         try:
             target = out.get(key) if out is not None else None
             if isinstance(target, _Tensor):
@@ -166,7 +174,7 @@ def _combine_entry(result: dict, key: str, leaf: Any, leaves: list, dim: int, n_
             storage = _combine_storage(storages, dim, n_batch, new_batch, None, kind)
             result[key] = rewrap(leaf, inners[0]._new_unsafe(storage, inner_batch, _merged_device(inners)))
     else:
-        if not all(type(item) in _NON_TENSOR for item in leaves):
+        if not all(type(item) in NON_TENSOR_TYPES for item in leaves):
             raise _combine_error(key, leaves, kind.verb, TypeError())
         result[key] = kind.non_tensor(leaves, dim)
 
@@ -305,7 +313,12 @@ def _cat_keys_error(storages: list) -> KeyError:
 def _cat_non_tensor(leaves: list, dim: int) -> Any:
     """One shared value stays a NonTensorData (as upstream); otherwise a NonTensorStack."""
     first = leaves[0]
-    if all(type(leaf) is NonTensorData for leaf in leaves) and all(
+    sizes = list(first.batch_size)
+    sizes[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
+    metadata = concatenated_metadata(leaves, _Size(sizes))  # MetaData keeps the first one's value (upstream's)
+    if metadata is not None:
+        return metadata
+    if all(isinstance(leaf, NonTensorData) for leaf in leaves) and all(
             same_value(leaf.data, first.data) for leaf in leaves):
         sizes = list(first.batch_size)
         sizes[dim] = sum(leaf.batch_size[dim] for leaf in leaves)
@@ -316,6 +329,11 @@ def _cat_non_tensor(leaves: list, dim: int) -> Any:
 def _stack_non_tensor(leaves: list, dim: int) -> Any:
     from .nontensor._shape import captured_stack
 
+    sizes = list(leaves[0].batch_size)
+    sizes.insert(dim, len(leaves))
+    metadata = stacked_metadata(leaves, _Size(sizes))  # MetaData holding one object stays one
+    if metadata is not None:
+        return metadata
     captured = captured_stack(leaves, dim)  # set_capture_non_tensor_stack(True): equal values stay one
     if captured is not None:
         return captured
@@ -502,24 +520,65 @@ def _tensor_operator(operator: str, reflected: str) -> Callable:
     return handler
 
 
+#: torch._C.TensorBase's operator methods -> the handler answering them with the collection's operator
+TENSOR_OPERATOR_HANDLERS: Dict[Callable, Callable] = {}
 for _names, _operator, _reflected in _TENSOR_OPERATORS:
     for _name in _names:
         _method = getattr(torch._C.TensorBase, _name, None)
         if _method is not None:
-            TORCH_FUNCTIONS[_method] = _tensor_operator(_operator, _reflected)
+            TENSOR_OPERATOR_HANDLERS[_method] = _tensor_operator(_operator, _reflected)
+TORCH_FUNCTIONS.update(TENSOR_OPERATOR_HANDLERS)
+
+# torch writes some operators of ``torch.Tensor`` in Python (torch/_tensor.py), not on the C base class:
+# ``t ** td``, ``t // td`` and the reflected forms Dynamo picks for ``td - t``, ``td ** t``, ``td // t``,
+# ``td % t``, ``td / t`` (``Tensor.__rsub__(t, td)``, ...) reach ``__torch_function__`` as these functions.
+# ``Tensor.__rsub__(t, td)`` is ``td - t``: the collection's forward operator. They are kept out of
+# TORCH_FUNCTIONS and found by identity: Dynamo can't look a Python function up in a dict (its guard on
+# the lookup fails on the frame that made it).
+_TENSOR_PYTHON_OPERATORS: tuple = (  # (torch.Tensor attribute, the collection's operator, its reflected one)
+    ("__pow__", "__pow__", "__rpow__"),
+    ("__rpow__", "__rpow__", "__pow__"),
+    ("__floordiv__", "__floordiv__", "__rfloordiv__"),
+    ("__rfloordiv__", "__rfloordiv__", "__floordiv__"),
+    ("__rsub__", "__rsub__", "__sub__"),
+    ("__rtruediv__", "__rtruediv__", "__truediv__"),
+    ("__rmod__", "__rmod__", "__mod__"),
+)
+_PYTHON_OPERATOR_HANDLERS: tuple = tuple(
+    (torch.Tensor.__dict__[name], _tensor_operator(operator, reflected))
+    for name, operator, reflected in _TENSOR_PYTHON_OPERATORS
+    if isinstance(torch.Tensor.__dict__.get(name), type(_tensor_operator))  # a Python function in this torch
+)
+
+
+def python_operator_handler(func: Any) -> Optional[Callable]:
+    """The handler of one of torch.Tensor's Python-written operators, or None."""
+    for method, handler in _PYTHON_OPERATOR_HANDLERS:
+        if func is method:
+            return handler
+    return None
+
+
+def tensor_operator_handler(func: Any) -> Optional[Callable]:
+    """The handler of a tensor operator (C or Python-written) with a collection operand, or None
+    (for the collections with their own ``__torch_function__``, such as the lazy stacks)."""
+    handler = TENSOR_OPERATOR_HANDLERS.get(func)
+    return handler if handler is not None else python_operator_handler(func)
 
 
 # --------------------------------------------------------------------------- the mixin
 
 
-class TorchFunctionMixin:
+class TorchFunctionMixin(TensorDictHost):
     __slots__ = ()
 
     @classmethod
     def __torch_function__(cls, func: Callable, types: tuple, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
         handler = TORCH_FUNCTIONS.get(func)
         if handler is None:
-            return NotImplemented
+            handler = python_operator_handler(func)
+            if handler is None:
+                return NotImplemented
         if kwargs:
             return handler(*args, **kwargs)
         return handler(*args)

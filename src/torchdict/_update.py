@@ -19,15 +19,23 @@ from ._errors import MessageKeyError, locked_error, not_a_mapping_error
 from ._keyops import _as_td, _key_tree
 from ._keys import key_to_tuple
 from ._rebatch import restore_batches, snapshot_batches
+from ._unbatched import UnbatchedTensor as _Unbatched
 from ._write_checks import broadcasts_into, check_copy, check_grad_writable
 
 _MISSING: Any = object()
 _Tensor = torch.Tensor
 
 
+def _storage(collection: Any) -> dict:
+    """A collection's entries by key: the storage dict of its TensorDict, or (a lazy stack, a file-backed
+    collection: no TensorDict inside) its items."""
+    inner = _as_td(collection)
+    return dict(collection.items()) if inner is None else inner._tensordict
+
+
 def _entries(source: Any, method: str) -> Any:
     if isinstance(source, TensorCollection):
-        return _as_td(source)._tensordict.items()
+        return _storage(source).items()
     items = getattr(source, "items", None)  # a Mapping, or anything with items() (duck-typed, as upstream)
     if items is None:
         raise not_a_mapping_error(method, source)
@@ -53,9 +61,10 @@ def update(td: Any, source: Any, *, clone: bool, inplace: bool, non_blocking: bo
         _plan_update(plan, td, kwargs, clone, inplace, non_blocking, None, ignore_lock)
     levels = None
     if update_batch_size and isinstance(source, TensorCollection) and source.batch_size != td.batch_size:
-        _check_batch_adoption(td, _as_td(source), inplace, keys_to_update)
+        inner = _as_td(source)
+        _check_batch_adoption(td, source if inner is None else inner, inplace, keys_to_update)
         levels = snapshot_batches(td)  # the adoption changes batch sizes before the entries are checked
-        _adopt_batch(td, _as_td(source)._tensordict, source.batch_size)
+        _adopt_batch(td, _storage(source), source.batch_size)
     tree = _key_tree(keys_to_update) if keys_to_update is not None else None
     try:
         _plan_update(plan, td, source, clone, inplace, non_blocking, tree, ignore_lock)
@@ -128,7 +137,8 @@ def _collection_fits(source: Any, entries: dict, batch_size: torch.Size, device:
         return _all_fit(entries, batch_size) if device is None else False
     if batch_size:
         return leaves_fit(entries, batch_size[0])
-    return all(isinstance(value, _Tensor) for value in entries.values())
+    # (an UnbatchedTensor is not taken as is: to_leaf gives it the batch size it is stored under)
+    return all(isinstance(value, _Tensor) and not isinstance(value, _Unbatched) for value in entries.values())
 
 
 def _check_batch_adoption(td: Any, source: Any, inplace: bool, keys_to_update: Any) -> None:
@@ -170,7 +180,7 @@ def _adopt_batch(td: Any, source_storage: Any, batch_size: torch.Size) -> None:
         if isinstance(value, TensorCollection):
             counterpart = source_storage.get(key) if source_storage is not None else None
             if isinstance(counterpart, TensorCollection):
-                _adopt_batch(_as_td(value), _as_td(counterpart)._tensordict, counterpart.batch_size)
+                _adopt_batch(_as_td(value), _storage(counterpart), counterpart.batch_size)
             else:
                 _adopt_batch(_as_td(value), None, batch_size)
 
@@ -209,7 +219,8 @@ def _plan_update(plan: _UpdatePlan, td: Any, source: Any, clone: bool, inplace: 
     if batch_len < 0:
         batch_len = quick_batch_len(batch_size)
     for raw_key, value in entries.items() if entries is not None else _entries(source, "update"):
-        if quick and type(raw_key) is str and isinstance(value, _Tensor):
+        if quick and type(raw_key) is str and isinstance(value, _Tensor) and (
+                type(value) is _Tensor or not isinstance(value, _Unbatched)):
             # Fast paths: a tensor under a str key replacing a tensor (or adding a key), or copied into a
             # tensor of its very shape. The storage is read without the overlay: what the overlay holds
             # under this key is a tensor (a tensor or a missing key in the storage), replaced either way.
@@ -268,7 +279,7 @@ def _plan_update(plan: _UpdatePlan, td: Any, source: Any, clone: bool, inplace: 
             value = value.clone()
         if isinstance(value, _Tensor) and fits_batch(value.shape, batch_size) and (
             device is None or value.device == device
-        ):
+        ) and not isinstance(value, _Unbatched):
             overlay[key] = value
         else:
             overlay[key] = to_leaf(value, key, batch_size, device, non_blocking)
@@ -357,6 +368,18 @@ def update_at_(td: Any, source: Any, index: Any, *, clone: bool, keys_to_update:
     return td
 
 
+class _WholeWrite:
+    """``target[index] = value`` that writes all of ``target`` (an UnbatchedTensor has no batch dims to index)."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: torch.Tensor) -> None:
+        self.target = target
+
+    def __setitem__(self, index: Any, value: torch.Tensor) -> None:
+        self.target.copy_(value)
+
+
 def _plan_at(td: Any, source: Any, index: Any, tree: Optional[dict], writes: list) -> None:
     for raw_key, value in _entries(source, "update_at_"):
         keys = key_to_tuple(raw_key)
@@ -365,6 +388,15 @@ def _plan_at(td: Any, source: Any, index: Any, tree: Optional[dict], writes: lis
         existing = td._get_path(keys)
         if isinstance(existing, TensorCollection):
             _plan_at(_as_td(existing), value, index, None, writes)
+            continue
+        if isinstance(existing, _Unbatched) and isinstance(value, _Tensor):
+            # The whole batch shares it: an UnbatchedTensor of its shape is written whole (as upstream).
+            shown = keys if len(keys) > 1 else keys[0]
+            if not isinstance(value, _Unbatched) or value.shape != existing.shape:
+                raise RuntimeError(f"update_at_(): the UnbatchedTensor entry {shown!r} of shape {existing.shape} "
+                                   f"can only take an UnbatchedTensor of its shape, got a {type(value).__name__} "
+                                   f"of shape {value.shape}.")
+            writes.append((_WholeWrite(existing), value))
             continue
         if isinstance(existing, _Tensor) and isinstance(value, _Tensor):
             slot = existing[index]  # raises torch's error for a bad index

@@ -19,6 +19,7 @@ from ._filenames import escape_key, is_safe_name
 from ._meta_json import check_fits, corrupt_meta, parse_dtype, parse_shape
 from ._saved_classes import find_saved_class
 from .nontensor import NonTensorData, NonTensorStack
+from .nontensor._metadata import one_value_class
 
 if TYPE_CHECKING:
     from ._loading import FolderLoader
@@ -75,9 +76,9 @@ def _pickled_data(loader: FolderLoader, folder: str) -> Any:
 def load_upstream_folder(loader: FolderLoader, folder: str, meta: dict, parent_batch: torch.Size | None) -> Any:
     """What upstream tensordict saved in ``folder`` (whose parsed ``meta.json`` is ``meta``)."""
     kind = _upstream_kind(meta)
-    if kind in ("NonTensorData", "MetaData"):
+    if kind == "NonTensorData" or kind.startswith("MetaData"):
         value = meta["data"] if "data" in meta else _pickled_data(loader, folder)
-        return NonTensorData(value, parent_batch or torch.Size(()), _CPU)
+        return one_value_class(kind)(value, parent_batch or torch.Size(()), _CPU)  # MetaData[...] too
     if kind == "NonTensorStack":
         return _non_tensor_stack(loader, folder, meta, parent_batch)
     if kind == "LazyStackedTensorDict":

@@ -8,15 +8,14 @@ import torch
 
 from ._base import TensorCollection
 from ._keys import key_to_tuple
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NON_TENSOR_TYPES
 
-_NON_TENSOR = (NonTensorData, NonTensorStack)
 _Tensor = torch.Tensor
 
 
 def default_is_leaf(cls: type) -> bool:
     """Tensors are leaves; collections and non-tensor data are not (for ``leaves_only``)."""
-    return not issubclass(cls, TensorCollection) and cls not in _NON_TENSOR
+    return not issubclass(cls, TensorCollection) and cls not in NON_TENSOR_TYPES  # (a MetaData class too)
 
 
 def entries_of(value: Any) -> dict:

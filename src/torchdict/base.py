@@ -34,7 +34,8 @@ and the type.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, List, Optional, Sequence
+from collections.abc import Collection, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, Union
 
 import torch
 
@@ -43,12 +44,14 @@ from ._context import then_on_exit
 from ._errors import locked_error, missing_key_error, through_leaf_error
 from ._keys import key_to_tuple
 from .formats._methods import FormatsMixin
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NON_TENSOR_TYPES
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["TensorDictBase", "TensorCollection", "is_tensor_collection"]
 
 _MISSING: Any = object()
-_NON_TENSOR = (NonTensorData, NonTensorStack)
 
 
 def unsupported(collection: Any, method: str, why: str = "") -> NotImplementedError:
@@ -107,6 +110,11 @@ class TensorDictBase(TensorCollection, FormatsMixin):
     def names(self) -> list:
         return [None] * len(self.batch_size)
 
+    @names.setter
+    def names(self, value: Any) -> None:
+        # Every collection takes names as upstream's base does; a kind that keeps none refuses them.
+        raise unsupported(self, "names", "the collection does not name its batch dims")
+
     @property
     def is_locked(self) -> bool:
         return False
@@ -156,9 +164,17 @@ class TensorDictBase(TensorCollection, FormatsMixin):
         batch = self.batch_size
         return batch[0] if batch else 0
 
+    if TYPE_CHECKING:
+        # Generic members (installed below) whose result is a new collection: a TensorDictBase here (the dense
+        # TensorDict, or the kind's own), where a tensorclass rewraps its own (see _collection_api.py).
+        def copy(self) -> TensorDictBase: ...
+        def select(self, *keys: Any, inplace: bool = ..., strict: bool = ...,
+                   as_tensordict: bool = ...) -> TensorDictBase: ...
+        def exclude(self, *keys: Any, inplace: bool = ...) -> TensorDictBase: ...
+
     # ------------------------------------------------------------------ keys and reading
     def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Optional[Callable] = None,
-             *, sort: bool = False) -> List[Any]:
+             *, sort: bool = False) -> Collection[Any]:
         """This collection's keys; nested ones as tuples with ``include_nested``."""
         keys = list(self._walk_keys((), include_nested, leaves_only, is_leaf))
         return sorted(keys, key=lambda key: key if isinstance(key, str) else ".".join(key)) if sort else keys
@@ -175,12 +191,12 @@ class TensorDictBase(TensorCollection, FormatsMixin):
                 yield from value._walk_keys(key_to_tuple(full), include_nested, leaves_only, is_leaf)
 
     def values(self, include_nested: bool = False, leaves_only: bool = False,
-               is_leaf: Optional[Callable] = None) -> List[Any]:
-        return [self.get(key) for key in self.keys(include_nested, leaves_only, is_leaf)]
+               is_leaf: Optional[Callable] = None, *, sort: bool = False) -> Iterable[Any]:
+        return [self.get(key) for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort)]
 
     def items(self, include_nested: bool = False, leaves_only: bool = False,
-              is_leaf: Optional[Callable] = None) -> List[tuple]:
-        return [(key, self.get(key)) for key in self.keys(include_nested, leaves_only, is_leaf)]
+              is_leaf: Optional[Callable] = None, *, sort: bool = False) -> Iterable[tuple]:
+        return [(key, self.get(key)) for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort)]
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.unbind(0)) if self.batch_size else iter(())
@@ -213,7 +229,7 @@ class TensorDictBase(TensorCollection, FormatsMixin):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(i, str) for i in index)):
             value = self.get(index)
-            return value._read() if type(value) in _NON_TENSOR else value  # the Python value, as td[key]
+            return value._read() if type(value) in NON_TENSOR_TYPES else value  # the Python value, as td[key]
         return self._index(index)
 
     # ------------------------------------------------------------------ writing
@@ -237,7 +253,7 @@ class TensorDictBase(TensorCollection, FormatsMixin):
             node = child
         return node
 
-    def set(self, key: Any, item: Any, inplace: bool = False, **kwargs: Any) -> "TensorDictBase":
+    def set(self, key: Any, item: Any, inplace: bool = False, **kwargs: Any) -> Self:
         """Write ``item`` at ``key`` (missing levels are created); returns self."""
         from ._convert import to_leaf
 
@@ -251,8 +267,9 @@ class TensorDictBase(TensorCollection, FormatsMixin):
         parent._set_str(keys[-1], leaf, write_in_place)
         return self
 
-    def set_(self, key: Any, item: Any) -> "TensorDictBase":
-        """Copy ``item`` into the existing tensor at ``key``; returns self."""
+    def set_(self, key: Any, item: Any, *, non_blocking: bool = False) -> Self:
+        """Copy ``item`` into the existing tensor at ``key``; returns self (``non_blocking``: nothing to wait
+        for here, the copy is a host write)."""
         keys = key_to_tuple(key)
         parent = self._parent_of(keys, create=False)
         existing = parent._get_str(keys[-1], _MISSING)
@@ -269,7 +286,7 @@ class TensorDictBase(TensorCollection, FormatsMixin):
         else:
             self._set_at(index, value)
 
-    def del_(self, key: Any) -> "TensorDictBase":
+    def del_(self, key: Any) -> Self:
         keys = key_to_tuple(key)
         parent = self._parent_of(keys, create=False)
         if parent._get_str(keys[-1], _MISSING) is _MISSING:
@@ -296,18 +313,27 @@ class TensorDictBase(TensorCollection, FormatsMixin):
             self.set(key, default, inplace=inplace)
         return self.get(key)
 
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *,
-               keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> "TensorDictBase":
-        """Write every entry of ``input_dict_or_td``; checked on a scratch copy first, so a failure changes nothing."""
+    def update(self, input_dict_or_td: Any = None, clone: bool = False, inplace: bool = False, *,
+               non_blocking: bool = False, keys_to_update: Optional[Sequence[Any]] = None,
+               is_leaf: Optional[Callable] = None, update_batch_size: bool = False, ignore_lock: bool = False,
+               **kwargs: Any) -> Self:
+        """Write every entry of ``input_dict_or_td`` (and the entries given as keywords), with
+        ``TensorDict.update``'s options; checked on a scratch copy first, so a failure changes nothing."""
         scratch = self._scratch(values_change=inplace)
-        scratch.update(input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update)
+        scratch.update(input_dict_or_td, clone=clone, inplace=inplace, non_blocking=non_blocking,
+                       keys_to_update=keys_to_update, is_leaf=is_leaf, update_batch_size=update_batch_size,
+                       ignore_lock=ignore_lock, **kwargs)
+        if scratch.batch_size != self.batch_size:  # update_batch_size: a generic collection keeps its batch
+            raise RuntimeError(f"update(update_batch_size=True) can't change the batch size of a "
+                               f"{type(self).__name__} ({self.batch_size} -> {scratch.batch_size}).")
         self._assign_from(scratch, inplace)
         return self
 
-    def update_(self, input_dict_or_td: Any, clone: bool = False, *,
-                keys_to_update: Optional[Sequence[Any]] = None) -> "TensorDictBase":
+    def update_(self, input_dict_or_td: Any = None, clone: bool = False, *, non_blocking: bool = False,
+                keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> Self:
         scratch = self._scratch(values_change=True)
-        scratch.update_(input_dict_or_td, clone=clone, keys_to_update=keys_to_update)
+        scratch.update_(input_dict_or_td, clone=clone, non_blocking=non_blocking, keys_to_update=keys_to_update,
+                        **kwargs)
         self._assign_from(scratch, True)
         return self
 
@@ -316,7 +342,7 @@ class TensorDictBase(TensorCollection, FormatsMixin):
         """A TensorDict holding a copy of every leaf."""
         return self._dense().clone()
 
-    def to_dict(self, *, retain_none: bool = True, convert_tensors: bool = False,
+    def to_dict(self, *, retain_none: bool = True, convert_tensors: Union[bool, str] = False,
                 tolist_first: bool = False) -> dict:
         return self._dense().to_dict(retain_none=retain_none, convert_tensors=convert_tensors,
                                      tolist_first=tolist_first)

@@ -252,6 +252,19 @@ def group_by(tensordict: Any, key: NestedKey) -> tuple:
 
 
 # ---------------------------------------------------------------------------------------------- unpadding
+def _keep_padded_rows_stacked(padded: Any, samples: list) -> None:
+    """As upstream: a non-tensor entry whose padded row is a ``NonTensorStack`` (the row got pad slots)
+    stays a stack in its sample, even where the slice holds only the sample's one value (which torchdict's
+    stack would otherwise give back as the sample's ``NonTensorData``)."""
+    keys = [key for key in padded.keys(True, True, is_leaf=_is_leaf_nontensor_type)
+            if type(padded.get(key)) is NonTensorStack]
+    for row, sample in enumerate(samples):
+        for key in keys:
+            value = sample.get(key)
+            if type(value) is NonTensorData and value.batch_size and type(padded[row].get(key)) is NonTensorStack:
+                sample.set(key, value.maybe_to_stack())
+
+
 def unpad_sequence(padded: Any, mask: Any = None, *, pad_dim: int = 0) -> Any:
     """The samples of a ``pad_sequence(..., return_mask=True)`` result, as a lazy stack along dim 0: each row
     keeps, in every entry, the positions its mask marks along ``pad_dim`` (one contiguous run per row).
@@ -316,6 +329,7 @@ def unpad_sequence(padded: Any, mask: Any = None, *, pad_dim: int = 0) -> Any:
         starts, lengths = runs(next(iter(positions), None), batch_position, padded.batch_size[batch_position + 1])
         samples = [padded[row][(slice(None),) * batch_position + (slice(start, start + length),)]
                    for row, (start, length) in enumerate(zip(starts, lengths))]
+        _keep_padded_rows_stacked(padded, samples)
     else:
         bounds = {key: runs(key, position, padded.get(key).shape[position + 1]) for key, position in positions.items()}
         samples = []

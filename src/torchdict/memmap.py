@@ -13,11 +13,14 @@ file after checking it is long enough.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 
 from ._nofollow import check_file, open_in_folder
+
+if TYPE_CHECKING:
+    from typing import SupportsIndex
 
 __all__ = ["MemoryMappedTensor"]
 
@@ -111,7 +114,7 @@ class MemoryMappedTensor(torch.Tensor):
 
     # Ops on the subclass run at plain-tensor speed and return plain tensors; the only
     # results turned back into MemoryMappedTensor are basic-index views (see __getitem__).
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = torch._C._disabled_torch_function_impl  # type: ignore[assignment]  # torch's idiom
 
     _mapped_file = _FileOfBase()
 
@@ -246,7 +249,7 @@ class MemoryMappedTensor(torch.Tensor):
         shape: Sequence[int],
         index: Any = None,
         mode: str | None = None,
-    ) -> "MemoryMappedTensor":
+    ) -> torch.Tensor:
         """Map an existing file holding raw elements of ``dtype`` in C order.
 
         ``mode`` is ``"r+"`` (writes go to the file), ``"r"`` (a private copy-on-write mapping,
@@ -264,7 +267,7 @@ class MemoryMappedTensor(torch.Tensor):
         path = os.fspath(filename)
         if mode is None:  # as upstream: shared when the file can be written, copy-on-write otherwise
             mode = "r+" if os.access(path, os.W_OK) or not os.path.exists(path) else "r"
-        result = map_file(path, dtype, torch.Size(shape), mode=mode)
+        result: torch.Tensor = map_file(path, dtype, torch.Size(shape), mode=mode)
         if index is not None:
             result = result[index]
         return result
@@ -337,7 +340,7 @@ class MemoryMappedTensor(torch.Tensor):
     @classmethod
     def from_storage(cls, storage: Any, *, shape: Any = None, dtype: torch.dtype | None = None,
                      device: Any = None, index: Any = None, filename: str | os.PathLike | None = None,
-                     handler: Any = None) -> "MemoryMappedTensor":
+                     handler: Any = None) -> torch.Tensor:
         """A MemoryMappedTensor viewing ``storage`` (an ``UntypedStorage`` or a ``TypedStorage``); nothing is copied.
 
         ``dtype`` reads the bytes as that dtype: an untyped storage defaults to ``torch.int64`` and a
@@ -377,7 +380,7 @@ class MemoryMappedTensor(torch.Tensor):
         return result if index is None else result[index]
 
     @classmethod
-    def from_handler(cls, handler: Any, dtype: torch.dtype, shape: Any, index: Any = None) -> "MemoryMappedTensor":
+    def from_handler(cls, handler: Any, dtype: torch.dtype, shape: Any, index: Any = None) -> torch.Tensor:
         """A MemoryMappedTensor over the shared-memory buffer of ``handler`` (an object with a ``buffer``).
 
         Upstream 0.14 pickled anonymous MemoryMappedTensors as such a handler; this rebuilds them.
@@ -419,7 +422,7 @@ class MemoryMappedTensor(torch.Tensor):
         return cls.full(input.shape, fill_value=fill_value, dtype=input.dtype, filename=filename)
 
     # ------------------------------------------------------------------ pickling
-    def __reduce_ex__(self, protocol: int) -> tuple:
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple:
         mapped_file = self._mapped_file
         if mapped_file is None:
             # Anonymous memory: let whatever pickler is running handle the plain tensor.
@@ -457,7 +460,7 @@ _tensor_getitem = torch.Tensor.__getitem__
 PLAIN_ALIAS = "_plain_alias"
 
 
-def plain_alias(mmt: torch.Tensor) -> Any:
+def plain_alias(mmt: MemoryMappedTensor) -> Any:
     """The plain tensor over ``mmt``'s memory that ``td[i]`` indexes (cached), or False when
     there is none (a root tensor that requires grad).
 
@@ -476,7 +479,7 @@ def plain_alias(mmt: torch.Tensor) -> Any:
             alias = torch.empty((0,), dtype=mmt.dtype, device=mmt.device).set_(
                 mmt.untyped_storage(), mmt.storage_offset(), mmt.size(), mmt.stride())
             # Views of the alias have it as _base, where _FileOfBase looks for the file.
-            alias._mapped_file = mmt._mapped_file
+            setattr(alias, "_mapped_file", mmt._mapped_file)  # a plain tensor: an attribute of its own
         mmt.__dict__[PLAIN_ALIAS] = alias
     return alias
 
@@ -505,9 +508,9 @@ def _property_forgetting_alias(descriptor: Any) -> property:
 for _name in ("set_", "resize_", "resize_as_", "as_strided_", "squeeze_", "unsqueeze_", "transpose_", "t_",
               "swapdims_", "swapaxes_", "share_memory_", "requires_grad_", "detach_"):
     setattr(MemoryMappedTensor, _name, _forgetting_alias(_name))
-MemoryMappedTensor.data = _property_forgetting_alias(torch._C.TensorBase.data)  # type: ignore[method-assign]
-MemoryMappedTensor.requires_grad = _property_forgetting_alias(  # type: ignore[method-assign]
-    torch._C.TensorBase.requires_grad)
+# Properties replacing torch's attributes of the same name.
+setattr(MemoryMappedTensor, "data", _property_forgetting_alias(torch._C.TensorBase.data))
+setattr(MemoryMappedTensor, "requires_grad", _property_forgetting_alias(torch._C.TensorBase.requires_grad))
 
 
 def _adopt(fresh: torch.Tensor, mapped_file: _MappedFile | None) -> MemoryMappedTensor:
@@ -518,7 +521,7 @@ def _adopt(fresh: torch.Tensor, mapped_file: _MappedFile | None) -> MemoryMapped
     """
     fresh.__class__ = MemoryMappedTensor
     if mapped_file is not None:
-        fresh._mapped_file = mapped_file
+        setattr(fresh, "_mapped_file", mapped_file)  # its class is MemoryMappedTensor now
     return fresh  # type: ignore[return-value]
 
 

@@ -58,7 +58,9 @@ from .memmap import (
     write_bytes_file,
     write_tensor_file,
 )
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NON_TENSOR_TYPES, NonTensorStack
+from .nontensor._metadata import metadata_class_name
+from ._unbatched import UnbatchedTensor, unbatched_memmap_error
 
 
 def _load_memmap(*args: Any, **kwargs: Any) -> Any:
@@ -156,6 +158,8 @@ def _plan(source: Any, path: str | None, key_path: tuple, options: _Options) -> 
     for key, value in td._tensordict.items():
         full_key = key_path + (key,)
         if isinstance(value, torch.Tensor):
+            if type(value) is not torch.Tensor and isinstance(value, UnbatchedTensor):
+                raise unbatched_memmap_error(key)  # upstream's refusal, before anything is written
             _check_storable(value, full_key[0] if len(full_key) == 1 else full_key)
             file_path = None
             if path is not None:
@@ -171,7 +175,7 @@ def _plan(source: Any, path: str | None, key_path: tuple, options: _Options) -> 
                 child_path = path + os.sep + dir_name
                 node.entries[key] = {"kind": "collection", "dir": dir_name}
             node.children.append((key, _plan(value, child_path, full_key, options)))
-        elif type(value) is NonTensorData or type(value) is NonTensorStack:
+        elif type(value) in NON_TENSOR_TYPES:  # (a MetaData too)
             node.non_tensors.append((key, value))
             if path is not None:
                 node.entries[key] = _non_tensor_entry(key, value, path, full_key, node, options)
@@ -202,6 +206,9 @@ def _non_tensor_entry(key: str, leaf: Any, path: str, key_path: tuple, node: _No
         "kind": "non_tensor_stack" if is_stack else "non_tensor",
         "batch_size": list(leaf.batch_size),
     }
+    class_name = None if is_stack else metadata_class_name(leaf)
+    if class_name is not None:
+        entry["class"] = class_name  # a MetaData loads back as one
     value = leaf._flat_values() if is_stack else leaf.data
     if _is_plain_json(value):
         entry["value"] = value
@@ -270,8 +277,9 @@ def _replaced_save(path: str, options: _Options) -> str | None:
 
 
 # ---------------------------------------------------------------------- saving: execute
-def _store_leaf(tensor: torch.Tensor, file_path: str | None, like: bool, swap: FolderSwap | None) -> MemoryMappedTensor:
-    """Write (or allocate) one leaf and return it mapped.
+def _store_leaf(tensor: torch.Tensor, file_path: str | None, like: bool, swap: FolderSwap | None) -> torch.Tensor:
+    """Write (or allocate) one leaf and return it mapped (a MemoryMappedTensor, or the tensor given when it
+    already maps the file: a plain alias of one can, see memmap.PLAIN_ALIAS).
 
     ``file_path`` is the leaf's final path; with a swap the file is written in the work
     folder (under its final name once swapped in), so the tensor reports the final path.
@@ -433,7 +441,7 @@ def _write_files(root: _Node, nodes: list, jobs: list, options: _Options, num_th
                 remove_meta(node.path)
     stored: list
 
-    def run(job: tuple) -> MemoryMappedTensor:
+    def run(job: tuple) -> torch.Tensor:
         leaf = _store_leaf(job[2], job[3], options.like, swap)
         if progress is not None:
             progress.update(job[2].numel() * job[2].element_size())
@@ -578,13 +586,16 @@ def save_collection(source: Any, prefix: Any = None, *, copy_existing: bool = Fa
 
 
 def _in_background(work: Any) -> Any:
-    """A ``concurrent.futures.Future`` of ``work()``, run in a thread of its own."""
+    """A ``TensorDictFuture`` (a ``concurrent.futures.Future`` too) of ``work()``, run in a thread of its own:
+    ``result()`` returns what ``work()`` returns (the saved collection)."""
     from concurrent.futures import ThreadPoolExecutor
+
+    from ._future import TensorDictFuture
 
     executor = ThreadPoolExecutor(max_workers=1)
     future = executor.submit(work)
     executor.shutdown(wait=False)
-    return future
+    return TensorDictFuture([future], None)
 
 
 def is_archive_path(prefix: Any) -> bool:

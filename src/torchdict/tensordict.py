@@ -48,11 +48,12 @@ from ._padding import PaddingMixin
 from ._shape import ShapeMixin
 from ._state_dict import StateDictMixin
 from ._torch_function import TorchFunctionMixin
+from ._unbatched import UnbatchedTensor as _Unbatched
 from ._views import ItemsView, KeysView, ValuesView, entries_of as _storage_of
 from ._write_checks import broadcasts_into
 from .distributed import DistributedMixin
 from ._module_swap import ModuleMixin
-from .nontensor import NonTensorData, NonTensorStack
+from .nontensor import NonTensorData, NonTensorStack, NON_TENSOR_TYPES
 from .parallel import ParallelMixin
 from ._persistence_mixin import PersistenceMixin
 
@@ -73,7 +74,7 @@ def _as_td(value: Any) -> "TensorDict":
 _object_new = object.__new__
 
 
-def new_unsafe(cls: type, source: dict, batch_size: torch.Size, device: Optional[torch.device] = None,
+def new_unsafe(cls: type[TensorDict], source: dict, batch_size: torch.Size, device: Optional[torch.device] = None,
                names: Optional[list] = None) -> "TensorDict":
     """A ``cls`` instance built from already-valid parts, skipping every check (``cls._new_unsafe``).
 
@@ -184,9 +185,10 @@ class TensorDict(
                 raise MessageKeyError(f"The entry {key} is already present in tensordict (written through a "
                                       "tuple key of the same source).")
             if type(key) is str and isinstance(value, _Tensor):
-                # Fast path for the common case: a str key and a tensor value.
-                if n_batch and not fits_batch(value.shape, batch_size):
-                    value = check_tensor(value, key, batch_size, device)
+                # Fast path for the common case: a str key and a tensor value (check_tensor also places
+                # a tensor subclass: an UnbatchedTensor gets the batch size).
+                if (n_batch and not fits_batch(value.shape, batch_size)) or type(value) is not _Tensor:
+                    value = check_tensor(value, key, batch_size, device, non_blocking)
                 elif device is not None and value.device != device:
                     value = value.to(device, non_blocking=non_blocking)
                 storage[key] = value
@@ -284,21 +286,25 @@ class TensorDict(
         self._device = None
         for leaf in self._tensordict.values():
             if isinstance(leaf, TensorCollection):
-                leaf.clear_device_()
+                # TensorDicts, lazy stacks and tensorclasses have it; another kind raises its AttributeError.
+                leaf.clear_device_()  # type: ignore[attr-defined]
         return self
 
     # ------------------------------------------------------------------ reading
     def __getitem__(self, index: Any) -> Any:
-        # `x.__class__ is` rather than type(x) or isinstance: these two tests set the speed of
-        # td[key], and the attribute read is the cheapest exact type test in CPython 3.11.
+        # `index.__class__ is` rather than type(x) or isinstance: the attribute read is the cheapest exact
+        # type test in CPython 3.11 (in C, td[key] runs from the type slot; this is the pure-Python and
+        # the traced path).
         if index.__class__ is str:
             try:
                 value = self._tensordict[index]
             except KeyError:
                 raise missing_key_error(index, self._tensordict) from None
-            if value.__class__ is _Tensor:
+            # type(), not __class__, for the value: Dynamo can't read __class__ of a tensor subclass with
+            # __torch_function__ (an UnbatchedTensor).
+            if type(value) is _Tensor:
                 return value
-            return value.data if type(value) in _NON_TENSOR else value
+            return value.data if type(value) in NON_TENSOR_TYPES else value
         if index.__class__ is int:
             # td[i], the other hot read (iterating a dataset): straight to the basic indexing.
             storage: dict = {}
@@ -317,21 +323,21 @@ class TensorDict(
                         break
                     value = value._tensordict[key]
                 else:
-                    if value.__class__ is _Tensor:
+                    if type(value) is _Tensor:
                         return value
                     if not index:
                         return self
-                    return value.data if type(value) in _NON_TENSOR else value
+                    return value.data if type(value) in NON_TENSOR_TYPES else value
             except KeyError:
                 pass
             if _is_key_tuple(index):
                 value = self._get_path(key_to_tuple(index))
-                return value.data if type(value) in _NON_TENSOR else value
+                return value.data if type(value) in NON_TENSOR_TYPES else value
         elif isinstance(index, str):
             if index.__class__ is str:  # a str __getitem__ did not find
                 raise missing_key_error(index, self._tensordict)
             value = self._get_path((index,))  # a str subclass (an enum of str, say)
-            return value.data if type(value) in _NON_TENSOR else value
+            return value.data if type(value) in NON_TENSOR_TYPES else value
         return self._index(index)
 
     def get(self, key: Any, default: Any = _NO_DEFAULT) -> Any:
@@ -399,12 +405,12 @@ class TensorDict(
     def get_non_tensor(self, key: Any, default: Any = _MISSING) -> Any:
         """The raw Python value of a non-tensor entry."""
         value = self._get_path(key_to_tuple(key), default)
-        if type(value) in _NON_TENSOR:
+        if type(value) in NON_TENSOR_TYPES:
             return value.data
         return value
 
     def is_non_tensor(self, key: Any) -> bool:
-        return type(self._get_path(key_to_tuple(key))) in _NON_TENSOR
+        return type(self._get_path(key_to_tuple(key))) in NON_TENSOR_TYPES
 
     def keys(self, include_nested: bool = False, leaves_only: bool = False,
              is_leaf: Optional[Callable[[type], bool]] = None, *, sort: bool = False) -> KeysView:
@@ -457,7 +463,8 @@ class TensorDict(
         if index.__class__ is str:
             if self._is_locked:
                 raise locked_error()
-            if isinstance(value, _Tensor):
+            # (an UnbatchedTensor, which has no batch dims, takes the general path: to_leaf places it)
+            if type(value) is _Tensor or (isinstance(value, _Tensor) and not isinstance(value, _Unbatched)):
                 # The quick check (see quick_batch_len): the C length of the tensor against the
                 # recorded one; anything else gets the full check. This sets the speed of td[key] = t.
                 batch_len = self._batch_len
@@ -497,6 +504,7 @@ class TensorDict(
             except (KeyError, TypeError, IndexError):  # IndexError: td[()] = value
                 parent = None
             if (parent.__class__ is TensorDict and last.__class__ is str and isinstance(value, _Tensor)
+                    and (type(value) is _Tensor or not isinstance(value, _Unbatched))
                     and not parent._is_locked and (parent._device is None or value.device == parent._device)):
                 batch_len = parent._batch_len
                 if not batch_len or _tensor_len(value) == batch_len or fits_batch(value.shape, parent._batch_size):
@@ -648,8 +656,11 @@ class TensorDict(
             _as_td(existing).update_(value, non_blocking=non_blocking)
         else:
             value = to_leaf(value, full_key, self._batch_size, self._device)
-            if type(value) not in _NON_TENSOR:
+            if type(value) not in NON_TENSOR_TYPES:
                 raise inplace_error(full_key, self)
+            if type(value) is NonTensorData and type(existing) is not NonTensorData and isinstance(
+                    existing, NonTensorData):
+                value = type(existing)(value, value.batch_size, value.device)  # a MetaData stays one (upstream's)
             if not existing._write_shared_leaf(value):  # a shared leaf (share_non_tensor) writes its folder
                 self._tensordict[key] = value
 
@@ -839,10 +850,12 @@ class TensorDict(
         for key, leaf in self._tensordict.items():
             if isinstance(leaf, TensorCollection):
                 result[key] = _as_td(leaf).to_dict(retain_none=retain_none, convert_tensors=convert_tensors)
-            elif type(leaf) in _NON_TENSOR:
-                if leaf.data is None and not retain_none:
+            elif type(leaf) in NON_TENSOR_TYPES:
+                # a stack's values as plain nested lists (its .data is a linked list), as upstream
+                value = leaf.tolist() if type(leaf) is NonTensorStack else leaf.data
+                if value is None and not retain_none:
                     continue
-                result[key] = leaf.data
+                result[key] = value
             else:
                 result[key] = (leaf.numpy(force=True) if convert_tensors == "numpy"
                                else leaf.tolist() if convert_tensors else leaf)
@@ -861,7 +874,8 @@ class TensorDict(
 install_tensordict_getitem(TensorDict, _NON_TENSOR)  # td["key"] in C when the extension is built
 
 
-def _rebuild(cls: type, storage: dict, batch_size: torch.Size, device: Any, names: Any, locked: bool) -> TensorDict:
+def _rebuild(cls: type[TensorDict], storage: dict, batch_size: torch.Size, device: Any, names: Any,
+             locked: bool) -> TensorDict:
     td = cls._new_unsafe(storage, batch_size, device, names)
     if locked:
         td._lock_tree()

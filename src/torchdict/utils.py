@@ -20,7 +20,9 @@ import torch
 from torch._C._functorch import is_batchedtensor
 from torch.compiler import is_compiling
 
+from ._future import TensorDictFuture
 from ._keys import NestedKey, unravel_key, unravel_key_list
+from ._linked_list import LinkedList
 from ._options import (capture_non_tensor_stack, get_printoptions, lazy_legacy, list_to_stack,
                        set_capture_non_tensor_stack, set_lazy_legacy, set_list_to_stack, set_printoptions)
 from ._parse_repr import parse_tensor_dict_string
@@ -33,6 +35,7 @@ __all__ = [
     "assert_allclose_td", "parse_tensor_dict_string", "isin", "remove_duplicates", "print_directory_tree",
     "timeit", "capture_non_tensor_stack", "get_printoptions", "lazy_legacy", "list_to_stack",
     "set_capture_non_tensor_stack", "set_lazy_legacy", "set_list_to_stack", "set_printoptions",
+    "LinkedList", "TensorDictFuture",
 ]
 
 #: The separator ``flatten_keys`` / ``unflatten_keys`` use by default.
@@ -204,8 +207,11 @@ def assert_close(actual: Any, expected: Any, rtol: float | None = None, atol: fl
         rmse = squared.div(max(first.numel(), 1)).sqrt().item()
         header = f"key {prefix + (key,)} does not match, got mse = {rmse:4.4f}"
         header = ",\t".join([header, msg]) if msg else header
+        def message(torch_msg: str, header: str = header) -> str:
+            return f"{header}\n{torch_msg}"
+
         torch.testing.assert_close(first.detach(), second.detach(), rtol=rtol, atol=atol, equal_nan=equal_nan,
-                                   msg=lambda torch_msg, header=header: f"{header}\n{torch_msg}")
+                                   msg=message)
     return True
 
 

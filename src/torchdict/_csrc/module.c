@@ -13,6 +13,7 @@
  *                    lengths_fit(values, n)   every item of a list or tuple a tensor of first size n
  *                    shape_fits(t, batch)     t a tensor whose shape starts with batch (any number of dims)
  *                    leaves_fit_batch(source, batch)  leaves_fit for a batch of any number of dims
+ *                  set_unbatched(cls): the tensor class none of those checks fits (UnbatchedTensor)
  *                  descriptor_setter(descr): descr.__set__ as a builtin function (for torch.compile)
  *   tree.c         install_getitem: TensorDict's td["key"] / td["a", "b"] (twin: its Python __getitem__);
  *                  collect_tree, zip_dict: apply(fn) on a plain tree (_apply_tree.py_collect_tree,
@@ -99,12 +100,27 @@ parse_size(PyObject *arg, Py_ssize_t *out)
     return 0;
 }
 
-/* 1 when size fits, 0 when not (or not a tensor), -1 on an error other than TypeError. A
- * TypeError from torch (the C length of a tensor subclass that refuses it) reads as "does
- * not fit", as the Python twin's `except TypeError` does. */
+/* Set by set_unbatched(): UnbatchedTensor (or NULL), a tensor with no batch dims. No batch check
+ * "fits" one, so a write of it goes to the Python path, which gives it the batch size it is
+ * stored under. A plain torch.Tensor is told apart by one pointer comparison. */
+static PyTypeObject *unbatched_type = NULL;
+
+static int
+is_unbatched(PyObject *value)
+{
+    PyTypeObject *kind = Py_TYPE(value);
+    return kind != td_plain_tensor && unbatched_type != NULL && PyType_IsSubtype(kind, unbatched_type);
+}
+
+/* 1 when size fits, 0 when not (or not a tensor, or an UnbatchedTensor), -1 on an error other
+ * than TypeError. A TypeError from torch (the C length of a tensor subclass that refuses it)
+ * reads as "does not fit", as the Python twin's `except TypeError` does. */
 int
 td_fits(PyObject *value, Py_ssize_t first)
 {
+    if (is_unbatched(value)) {
+        return 0;
+    }
     Py_ssize_t size = td_first_size(value);
     if (size == -1) {
         if (PyErr_ExceptionMatches(PyExc_TypeError)) {
@@ -187,6 +203,9 @@ td_lengths_fit(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
 static int
 td_shape_fits(PyObject *value, PyObject *batch)
 {
+    if (is_unbatched(value)) {
+        return 0;
+    }
     Py_ssize_t n_batch = PyTuple_GET_SIZE(batch);
     Py_ssize_t first = td_first_size(value);
     if (first == -2) {
@@ -314,6 +333,17 @@ descriptor_setter(PyObject *Py_UNUSED(module), PyObject *descr)
 }
 
 static PyObject *
+set_unbatched(PyObject *Py_UNUSED(module), PyObject *cls)
+{
+    if (!PyType_Check(cls)) {
+        PyErr_SetString(PyExc_TypeError, "set_unbatched expects a class");
+        return NULL;
+    }
+    Py_XSETREF(unbatched_type, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_NONE;
+}
+
+static PyObject *
 setup(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     /* (torch._C.TensorBase, torch.Tensor) */
@@ -338,6 +368,8 @@ setup(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 static PyMethodDef module_methods[] = {
     {"setup", (PyCFunction)(void (*)(void))setup, METH_FASTCALL,
      "setup(torch._C.TensorBase, torch.Tensor): read torch's C length slot."},
+    {"set_unbatched", (PyCFunction)set_unbatched, METH_O,
+     "set_unbatched(cls): the class of the tensors no batch check fits (UnbatchedTensor)."},
     {"collect_tree", (PyCFunction)(void (*)(void))td_collect_tree, METH_FASTCALL,
      "collect_tree(td, batch_size, batch_member): (leaves, levels) of a plain tree, or None."},
     {"zip_dict", (PyCFunction)(void (*)(void))td_zip_dict, METH_FASTCALL,

@@ -30,7 +30,8 @@ lookup(PyObject *node, PyObject *key)
 
 /* TensorDict.__getitem__ for its hottest calls: td["key"] (an exact str found in the
  * storage dict) and td["a", "b"] (a tuple of exact str walking through plain TensorDicts).
- * A tensor or a TensorDict is returned as it is, a non-tensor wrapper as its .data.
+ * A tensor or a TensorDict is returned as it is, a non-tensor wrapper (a NonTensorData subclass
+ * too) as its .data.
  * Anything else (an int, a slice, a missing key, a str subclass, a TensorDict subclass on
  * the way) goes to the general Python __getitem__, which also words every error. */
 PyObject *
@@ -56,7 +57,10 @@ td_fast_getitem(PyObject *self, PyObject *key)
     }
     if (value != NULL) {
         PyTypeObject *kind = Py_TYPE(value);
-        if (kind == non_tensor_data || kind == non_tensor_stack) {
+        /* A subclass of NonTensorData (MetaData) reads as its .data too; a tensor or a nested
+         * TensorDict is told apart first by one pointer comparison. */
+        if (kind == non_tensor_data || kind == non_tensor_stack
+                || (kind != td_plain_tensor && kind != owner_type && PyType_IsSubtype(kind, non_tensor_data))) {
             Py_SETREF(value, PyObject_GetAttr(value, data_name));
         }
         return value;

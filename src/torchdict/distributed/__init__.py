@@ -21,10 +21,15 @@ private modules, one concern each:
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 # The tag chain keeps its former names here: tests/test_distributed.py reads them from this module.
 import importlib
+
+if TYPE_CHECKING:
+    from .._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 # The implementation modules are imported on first use: a program that never sends a TensorDict doesn't
 # pay for them in ``import torchdict`` (their objects count towards a full collection of torch's heap).
@@ -51,7 +56,7 @@ def _transfer_with_peer(*args: Any, **kwargs: Any) -> Any:
 __all__ = ["DistributedMixin", "StructureMismatchError", "TransferHandle"]
 
 
-class DistributedMixin:
+class DistributedMixin(TensorDictHost):
     """send / recv / isend / irecv and collectives of the whole TensorDict.
 
     Default mode: one packed exchange per TensorDict, its structure checked first on
@@ -70,8 +75,10 @@ class DistributedMixin:
         that keys, shapes and dtypes agree (a mismatch raises
         :class:`StructureMismatchError` on both). Non-tensor values (JSON) travel too.
         ``per_leaf=True`` sends one message per tensor leaf, tags ``init_tag, init_tag + 1, ...``
-        in sorted-key order, as upstream tensordict does. ``group_dst`` names the
-        receiver by its rank inside ``group``.
+        in sorted-key order, as upstream tensordict does. ``consolidated=True`` sends the
+        consolidated storage as one message (upstream's protocol; the receiver calls
+        ``recv(consolidated=True)`` on a consolidated TensorDict of the same layout; see
+        docs/distributed.md). ``group_dst`` names the receiver by its rank inside ``group``.
 
         Example (two processes in a gloo group)::
 
@@ -87,7 +94,8 @@ class DistributedMixin:
         """Receive what rank ``src`` sends, writing it into this TensorDict's leaves in place.
 
         Returns the last tag of the range the transfer reserves, ``init_tag + n_leaves - 1``
-        (upstream's return value; with ``pseudo_rand`` the last tag of the chain).
+        (upstream's return value; with ``pseudo_rand`` the last tag of the chain), or None with
+        ``consolidated=True``, which receives one message into this TensorDict's consolidated storage.
         Raises :class:`StructureMismatchError` (on both sides) when the structures differ,
         leaving this TensorDict unchanged.
 
@@ -141,12 +149,18 @@ class DistributedMixin:
                                     consolidated, sending=False, at_once=return_premature)
         return handles
 
-    def broadcast(self, src: int, *, group: Any = None) -> Any:
+    def broadcast(self, src: int, *, group: Any = None, device: Any = None,
+                  _tensorclass_type: Optional[str] = None) -> Any:
         """Copy rank ``src``'s values into this TensorDict on every rank of ``group``, in place; returns self.
 
         Every rank calls it with a TensorDict of the same structure (checked first: a
         mismatch raises :class:`StructureMismatchError` on every rank). Non-tensor
-        values are broadcast too.
+        values are broadcast too. ``device`` (as upstream's): the device of the result on
+        every rank: this TensorDict when it is there already, else a copy moved there
+        (the values are written into this TensorDict either way). ``_tensorclass_type``
+        (``"module.QualName"``, read on rank ``src``, as upstream's tensorclasses pass it):
+        the other ranks return the result as an instance of that tensorclass, whose module
+        they must have imported (nothing is imported on a remote rank's word).
 
         Example (every rank)::
 
@@ -156,14 +170,18 @@ class DistributedMixin:
         """
         from ._collectives import broadcast
 
-        return broadcast(self, src, group)
+        return broadcast(self, src, group, device, _tensorclass_type)
 
-    def all_reduce(self, op: Any = None, *, group: Any = None, async_op: bool = False) -> Any:
+    def all_reduce(self, op: Any = None, *, group: Any = None, async_op: bool = False,
+                   bucket_bytes: Optional[int] = None) -> Any:
         """Reduce every tensor leaf across ``group`` in place (``op`` defaults to ``ReduceOp.SUM``).
 
         Small leaves are reduced in one buffer per dtype; large ones in place. Non-tensor
         leaves are left as they are. With ``async_op=True`` returns ``[handle]``; its
-        ``wait()`` writes the results back.
+        ``wait()`` writes the results back. ``bucket_bytes`` (as upstream's): the leaves of
+        each device and dtype go in flat buckets of at most that many bytes (a larger or
+        non-contiguous leaf is a bucket of its own), one reduction per bucket; ``async_op``
+        then returns one handle per bucket.
 
         Example (every rank, two ranks)::
 
@@ -174,7 +192,7 @@ class DistributedMixin:
         """
         from ._collectives import all_reduce
 
-        return all_reduce(self, op, group, async_op)
+        return all_reduce(self, op, group, async_op, bucket_bytes)
 
     def reduce(self, dst: int, op: Any = None, async_op: bool = False, return_premature: bool = False,
                group: Any = None, *, bucket_bytes: Optional[int] = None) -> Any:

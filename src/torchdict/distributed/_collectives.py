@@ -73,11 +73,13 @@ class _Collective(LocalPreparation):
         self.device = comm_device(self.dist, group, leaves, td)
         super().__init__(leaves)
 
-    def agree(self, payload_len: int, reference: int) -> list:
-        """Every rank's ``[fingerprint, payload length, failed]``; raises on every rank unless all agree."""
+    def agree(self, payload_len: int, reference: int, extra: int = 0) -> list:
+        """Every rank's ``[fingerprint, payload length, failed, extra]``; raises on every rank unless all agree.
+        (``extra``: one more number a collective needs from every rank, for free in the same exchange.)"""
         dist, group = self.dist, self.group
         fingerprint = self.survey.fingerprint if self.survey is not None else 0
-        rows = _gather_ints(dist, group, [fingerprint, payload_len, int(self.problem is not None)], self.device)
+        rows = _gather_ints(dist, group, [fingerprint, payload_len, int(self.problem is not None), extra],
+                            self.device)
         failed = [rank for rank, row in enumerate(rows) if row[2]]
         differing = [rank for rank, row in enumerate(rows) if row[0] != rows[reference][0]]
         if not failed and not differing:
@@ -109,18 +111,21 @@ class _Collective(LocalPreparation):
 
 
 # --------------------------------------------------------------------- the collectives
-def broadcast(td: Any, src: int, group: Any) -> Any:
-    """Rank ``src``'s values written into ``td`` on every rank of ``group``; returns ``td``."""
+def broadcast(td: Any, src: int, group: Any, result_device: Any = None, tensorclass_type: Optional[str] = None) -> Any:
+    """Rank ``src``'s values written into ``td`` on every rank of ``group``; returns ``td`` (on
+    ``result_device``: ``td.to(result_device)`` when it is elsewhere), as an instance of rank ``src``'s
+    ``tensorclass_type`` on the other ranks."""
     collective = _Collective(td, group, "broadcast")
     dist, device = collective.dist, collective.device
     is_src = dist.get_rank() == src
     reference = src if group is None else dist.get_group_rank(group, src)
+    type_name = (tensorclass_type or "").encode() if is_src else b""
     if is_src:
         json_bytes = collective.encode_non_tensor()
     else:
         json_bytes = b""
         collective.check_writable()
-    json_nbytes = collective.agree(len(json_bytes), reference)[reference][1]
+    json_nbytes, type_nbytes = collective.agree(len(json_bytes), reference, len(type_name))[reference][1::2]
     survey = collective.surveyed
     outgoing: Optional[_wire.OutgoingPayload] = None
     incoming: Optional[_wire.IncomingPayload] = None
@@ -136,17 +141,68 @@ def broadcast(td: Any, src: int, group: Any) -> Any:
         outgoing.release()
     if incoming is not None:
         incoming.unpack()
-    return td
+    result = td
+    if result_device is not None and _off_device(td, torch.device(result_device)):
+        result = td.to(result_device)
+    if type_nbytes:  # rank src named a tensorclass: one more broadcast, of its name
+        name = _broadcast_text(dist, group, src, type_name, type_nbytes, device)
+        if not is_src:
+            result = _as_tensorclass(result, name)
+    return result
 
 
-def all_reduce(td: Any, op: Any, group: Any, async_op: bool) -> Optional[List[TransferHandle]]:
-    """Every tensor leaf of ``td`` reduced across ``group`` in place; ``[handle]`` with ``async_op``."""
+def _off_device(td: Any, device: torch.device) -> bool:
+    """True when ``td`` (its device, or any tensor leaf) is not on ``device``."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if td.device is not None and td.device != device:
+        return True
+    return any(isinstance(leaf, _Tensor) and leaf.device != device for leaf in td.values(True, True))
+
+
+def _broadcast_text(dist: Any, group: Any, src: int, text: bytes, nbytes: int, device: torch.device) -> str:
+    buffer = _wire.bytes_to_tensor(text, device) if text else torch.empty(nbytes, dtype=torch.uint8, device=device)
+    dist.broadcast(buffer, src=src, group=group)
+    return _wire.tensor_to_bytes(buffer).decode()
+
+
+def _as_tensorclass(td: Any, name: str) -> Any:
+    """``td`` as an instance of the tensorclass ``module.QualName`` (already imported here: nothing is
+    imported because another rank named it)."""
+    from ..tensorclass import is_tensorclass
+    from ._remote import _importable
+
+    cls = _importable(name)
+    if cls is None or not is_tensorclass(cls):
+        raise ImportError(f"broadcast: rank src sent a {name!r} tensorclass, which is not an imported tensorclass "
+                          "in this process (import its module first).")
+    return td if isinstance(td, cls) else cls.from_tensordict(unwrap(td))
+
+
+def all_reduce(td: Any, op: Any, group: Any, async_op: bool,
+               bucket_bytes: Optional[int] = None) -> Optional[List[TransferHandle]]:
+    """Every tensor leaf of ``td`` reduced across ``group`` in place; ``[handle]`` with ``async_op`` (one
+    handle per bucket with ``bucket_bytes``, see :mod:`._buckets`)."""
     collective = _Collective(td, group, "all_reduce", tensors_only=True)
     dist, device, leaves = collective.dist, collective.device, collective.leaves
     collective.check_writable()
+    if bucket_bytes is not None:
+        from ._buckets import plan_buckets
+
+        collective.check(lambda: plan_buckets([], bucket_bytes))  # a bad value: every rank raises in agree()
     collective.agree(0, 0)
     if op is None:
         op = dist.ReduceOp.SUM
+    if bucket_bytes is not None:
+        from ._buckets import run_bucketed, wait_all
+
+        handles = run_bucketed([leaf[1] for leaf in leaves], bucket_bytes,
+                               lambda flat: dist.all_reduce(flat, op=op, group=group, async_op=True), device,
+                               copy_back=True)
+        if async_op:
+            return handles
+        wait_all(handles)
+        return None
     survey = collective.surveyed
     # Small leaves: one reduction per dtype group, on the group's slice of the pack.
     packs = _wire.Packs.filled(survey, device)

@@ -19,8 +19,8 @@ that can't be written in place) is reported to the peer the same way. Every wait
 is bounded by the process group's timeout.
 
 :func:`point_to_point` is the entry point of ``send`` / ``recv`` / ``isend`` /
-``irecv``: it checks the peer arguments and picks this protocol or upstream's
-(:mod:`torchdict.distributed._per_leaf`).
+``irecv``: it checks the peer arguments and picks this protocol or one of upstream's
+(:mod:`torchdict.distributed._per_leaf`, :mod:`torchdict.distributed._consolidated`).
 """
 from __future__ import annotations
 
@@ -55,6 +55,10 @@ def point_to_point(td: Any, peer: Optional[int], group: Any, group_peer: Optiona
         _check_peer(peer, group_peer, group, "dst", "group_dst")
     else:
         _check_peer(peer, group_peer, group, "src", "group_src")
+    if consolidated and not _per_leaf_mode(per_leaf, consolidated):
+        from ._consolidated import consolidated_transfer
+
+        return consolidated_transfer(td, peer, group, group_peer, sending=sending, at_once=at_once)
     if _per_leaf_mode(per_leaf, consolidated):
         transfer = send_per_leaf if sending else recv_per_leaf
         works, last = transfer(td, dist(), peer, group_peer, group, init_tag, pseudo_rand)
@@ -83,7 +87,7 @@ def _check_peer(peer: Optional[int], group_peer: Optional[int], group: Any, name
 
 
 def _per_leaf_mode(per_leaf: bool, consolidated: Optional[bool]) -> bool:
-    """True for the per-leaf protocol. ``consolidated=True`` (upstream's one-message switch) means packed."""
+    """True for the per-leaf protocol (``consolidated=True``, upstream's one-buffer protocol, is neither)."""
     if per_leaf and consolidated:
         raise ValueError("per_leaf=True and consolidated=True ask for opposite protocols; pass one of them.")
     return bool(per_leaf)

@@ -177,55 +177,42 @@ def reduce(td: Any, dst: int, op: Any, async_op: bool, return_premature: bool, g
     """``torch.distributed.reduce`` of every tensor leaf into rank ``dst`` (in place; ``op`` defaults to SUM).
 
     ``bucket_bytes`` packs the leaves of one dtype and device into flat buckets of at most that many bytes
-    (one reduction each; a larger leaf is a bucket of its own), copied back into the leaves on ``dst``.
+    (one reduction each; a larger leaf is a bucket of its own, see :mod:`._buckets`), copied back into the
+    leaves on ``dst``. With ``async_op=True, return_premature=True``: the ``Work`` of every leaf, or with
+    ``bucket_bytes`` one handle per bucket, whose ``wait()`` also copies the result back on ``dst``.
     """
     distributed = dist()
     op = distributed.ReduceOp.SUM if op is None else op
-    leaves = [leaf for leaf in td.values(include_nested=True, leaves_only=True) if isinstance(leaf, torch.Tensor)]
-    groups = _buckets(leaves, bucket_bytes) if bucket_bytes is not None else [[leaf] for leaf in leaves]
-    rank = distributed.get_rank()
-    works = []
-    writes = []
-    for bucket in groups:
-        if len(bucket) == 1:
-            buffer = bucket[0]
-        else:
-            buffer = torch.cat([leaf.reshape(-1) for leaf in bucket])
-            writes.append((buffer, bucket))
-        works.append(distributed.reduce(buffer, dst, op=op, group=group, async_op=async_op))
+    leaves = [leaf for leaf in _sorted_leaves(td) if isinstance(leaf, torch.Tensor)]
+    if bucket_bytes is not None:
+        from ._buckets import run_bucketed, wait_all
+        from ._transfer import comm_device
+
+        device = comm_device(distributed, group, [(None, leaf, None, None) for leaf in leaves], unwrap(td))
+        handles = run_bucketed(leaves, bucket_bytes,
+                               lambda flat: distributed.reduce(flat, dst, op=op, group=group, async_op=True), device,
+                               copy_back=distributed.get_rank() == dst)
+        if async_op and return_premature:
+            return handles
+        wait_all(handles)
+        return None
+    works = [distributed.reduce(leaf, dst, op=op, group=group, async_op=async_op) for leaf in leaves]
     if async_op and return_premature:
         return works
     if async_op:
         for work in works:
             work.wait()
-    if rank == dst:
-        for buffer, bucket in writes:
-            offset = 0
-            with torch.no_grad():
-                for leaf in bucket:
-                    leaf.copy_(buffer[offset:offset + leaf.numel()].view_as(leaf))
-                    offset += leaf.numel()
     return None
 
 
-def _buckets(leaves: list, bucket_bytes: int) -> list:
-    by_kind: dict = {}
-    for leaf in leaves:
-        by_kind.setdefault((leaf.dtype, leaf.device), []).append(leaf)
-    buckets: list = []
-    for group in by_kind.values():
-        current: list = []
-        size = 0
-        for leaf in group:
-            nbytes = leaf.numel() * leaf.element_size()
-            if nbytes > bucket_bytes or not leaf.is_contiguous():
-                buckets.append([leaf])
-                continue
-            if current and size + nbytes > bucket_bytes:
-                buckets.append(current)
-                current, size = [], 0
-            current.append(leaf)
-            size += nbytes
-        if current:
-            buckets.append(current)
-    return buckets
+def _sorted_leaves(td: Any) -> list:
+    """The leaves in sorted-key order at every level (upstream's order for reduce: every rank issues the
+    same collectives whatever order its keys were set in)."""
+    leaves: list = []
+    for key in sorted(td.keys()):
+        value = td.get(key)
+        if isinstance(value, TensorCollection):
+            leaves.extend(_sorted_leaves(value))
+        else:
+            leaves.append(value)
+    return leaves

@@ -295,7 +295,7 @@ class ArchiveTree:
             def check(item: tuple) -> str:
                 name, member = item
                 data = storage[member.offset: member.offset + member.size].numpy()
-                computed = zlib.crc32(data)  # releases the GIL on large buffers: threads help
+                computed = zlib.crc32(data.data)  # releases the GIL on large buffers: threads help
                 if computed != member.crc:
                     raise _checksum_error(self.path, name, member.crc, computed)
                 if progress is not None:

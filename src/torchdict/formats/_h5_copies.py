@@ -15,14 +15,17 @@ from .._convert import parse_device
 from ._storage import GROUP, make_backend
 
 if TYPE_CHECKING:
+    from ._h5_host import PersistentHost
     from .h5 import PersistentTensorDict
+else:
+    PersistentHost = object
 
 __all__ = ["PersistentCopiesMixin"]
 
 _MISSING: Any = object()
 
 
-class PersistentCopiesMixin:
+class PersistentCopiesMixin(PersistentHost):
     """The copy, move and pickling members of ``PersistentTensorDict`` (which provides ``_over``, ``_storage``...)."""
 
     __slots__ = ()

@@ -22,7 +22,12 @@ from ._rows import RowPlan, plan_rows
 from ._storage import GROUP, TENSOR, check_storable
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from ._h5_host import PersistentHost
     from .h5 import PersistentTensorDict
+else:
+    PersistentHost = object
 
 __all__ = ["PersistentRowsMixin"]
 
@@ -37,7 +42,7 @@ def _as_collection(value: Any) -> Any:
     return value
 
 
-class PersistentRowsMixin:
+class PersistentRowsMixin(PersistentHost):
     """The row members of ``PersistentTensorDict`` (which provides ``_storage``, ``_node``, ``_kind``, ``_locate``...)."""
 
     __slots__ = ()
@@ -179,8 +184,9 @@ class PersistentRowsMixin:
             writes.append((node, leaf))
         return writes
 
-    def set_at_(self, key: Any, value: Any, index: Any) -> "PersistentTensorDict":
-        """``td[key][index] = value``, writing only those rows of the dataset."""
+    def set_at_(self, key: Any, value: Any, index: Any, *, non_blocking: bool = False) -> Self:
+        """``td[key][index] = value``, writing only those rows of the dataset (file writes are synchronous:
+        ``non_blocking`` changes nothing)."""
         keys = key_to_tuple(key)
         parent, node = self._locate(keys)
         if parent._kind(node) != TENSOR:
@@ -196,7 +202,7 @@ class PersistentRowsMixin:
         return self
 
     def update_at_(self, input_dict_or_td: Any, idx: Any, clone: bool = False, *, non_blocking: bool = False,
-                   keys_to_update: Optional[Sequence[Any]] = None) -> "PersistentTensorDict":
+                   keys_to_update: Optional[Sequence[Any]] = None) -> Self:
         """Write the entries of ``input_dict_or_td`` at the rows ``idx`` (every key must exist)."""
         from ..tensordict import TensorDict
 

@@ -6,9 +6,12 @@ must not load h5py, zarr or the format code, and this class stays a handful of s
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from typing import Literal
 
 
 class FormatsMixin:
@@ -151,13 +154,16 @@ class FormatsMixin:
                size_limit=size_limit, writer=writer, finish_writer=finish_writer, **kwargs)
 
     # ------------------------------------------------------------------ key-value stores
-    def to_store(self, *, backend: str = "redis", host: str = "localhost", port: int = 6379, db: int = 0,
+    def to_store(self, *, backend: Literal["redis", "dragonfly"] = "redis", host: str = "localhost",
+                 port: int = 6379, db: int = 0,
                  unix_socket_path: Optional[str] = None, prefix: str = "tensordict", device: Any = None,
                  **kwargs: Any) -> Any:
         """A copy of this collection in a Redis-protocol server (:class:`torchdict.store.TensorDictStore`;
         a lazy stack gives a ``LazyStackedTensorDictStore``). Needs ``torchdict[store]``."""
+        from ..base import TensorDictBase
         from ..store import TensorDictStore
 
+        assert isinstance(self, TensorDictBase)  # the only class this mixin is a base of
         return TensorDictStore.from_tensordict(self, backend=backend, host=host, port=port, db=db,
                                                unix_socket_path=unix_socket_path, prefix=prefix, device=device,
                                                **kwargs)

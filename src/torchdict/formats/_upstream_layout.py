@@ -64,15 +64,15 @@ def _convert(folder: str, at: str, sources: dict, out: list, parent_names: list 
     upstream: dict = {}
     files: list = []
     children: list = []
-    names: set = set()
+    file_names: set = set()
     for key, entry in meta["entries"].items():
         if key in _UPSTREAM_RESERVED or key == "_tensordict":
             raise _NotRepresentable(f"the key {key!r}")
         kind = entry["kind"]
         name = escape_key(key) + (".memmap" if kind == "tensor" else "")
-        if name in names or not is_safe_name(name):
+        if name in file_names or not is_safe_name(name):
             raise _NotRepresentable(f"the name of {key!r}")
-        names.add(name)
+        file_names.add(name)
         if kind == "tensor":
             upstream[key] = {"device": "cpu", "shape": entry["shape"], "dtype": entry["dtype"], "is_nested": False}
             files.append(_file_entry(os.path.join(folder, entry["file"]), at + name, sources))

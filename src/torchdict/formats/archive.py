@@ -91,10 +91,11 @@ def _compression(compression: Any) -> int:
 def _set_level(info: zipfile.ZipInfo, level: int | None) -> None:
     if level is None:
         return
+    # (setattr: the attribute of each Python version is missing from the other versions' stubs)
     try:
-        info.compress_level = level  # Python 3.13+
+        setattr(info, "compress_level", level)  # Python 3.13+
     except AttributeError:
-        info._compresslevel = level  # earlier versions: the attribute ZipFile.open(info, "w") reads
+        setattr(info, "_compresslevel", level)  # earlier versions: the attribute ZipFile.open(info, "w") reads
 
 
 def _padding(header_offset: int, name: str) -> bytes:
@@ -289,7 +290,7 @@ def _pair_leaves(source: Any, staged: Any, sources: dict) -> None:
     from ..nontensor import NonTensorData, NonTensorStack
 
     if isinstance(staged, torch.Tensor):
-        sources[os.path.realpath(staged.filename)] = source
+        sources[os.path.realpath(getattr(staged, "filename"))] = source  # a MemoryMappedTensor's file
         return
     if isinstance(staged, (NonTensorData, NonTensorStack)):
         return
@@ -350,7 +351,9 @@ def save_archive(data: Any, prefix: Any, *, like: bool = False, copy_existing: b
         shutil.rmtree(staging, ignore_errors=True)
     _remember_verified(target, None)  # just written from memory: nothing to check on the reload
     if loader is None:
-        from .._loading import load_memmap as loader
+        from .._loading import load_memmap
+
+        loader = load_memmap
     return loader(target, mode="r+" if like else None, allow_pickle=True)
 
 

@@ -85,7 +85,7 @@ def from_arrow(table: Any, *, copy: Optional[bool] = None, nulls: str = "raise",
     >>> import pyarrow as pa
     >>> td = from_arrow(pa.table({"x": [1.0, None], "s": ["a", "b"]}), nulls="mask")
     >>> td["x"], td["_mask", "x"], td["s"]
-    (tensor([1., nan], dtype=torch.float64), tensor([ True, False]), ['a', 'b'])
+    (tensor([1., nan], dtype=torch.float64), tensor([ True, False]), LinkedList(['a', 'b']))
     """
     pa = import_pyarrow("from_arrow")
     if nulls not in NULL_MODES:
@@ -96,15 +96,20 @@ def from_arrow(table: Any, *, copy: Optional[bool] = None, nulls: str = "raise",
     if nulls == "mask" and mask_path[0] in table.column_names:
         raise ValueError(f"nulls='mask' writes the masks under the key {mask_path[0]!r}, which is a column of the "
                          "table.")
-    reader = _ColumnReader(pa, copy, nulls)
-    entries = {}
-    all_views = True  # every entry a 1-D tensor of num_rows made below: the result needs no checks
-    chunked_array = pa.ChunkedArray
     source = table
     if isinstance(table, pa.Table):
         batches = table.to_batches()
         if len(batches) == 1:
             source = batches[0]  # its columns are arrays: no ChunkedArray to unwrap each time
+    if copy is not True and isinstance(source, pa.RecordBatch):
+        views = _number_views(source, table.num_rows)
+        if views is not None:
+            result = TensorDict._new_unsafe(views, torch.Size([table.num_rows]))
+            return result if device is None else result.to(device)
+    reader = _ColumnReader(pa, copy, nulls)
+    entries = {}
+    all_views = True  # every entry a 1-D tensor of num_rows made below: the result needs no checks
+    chunked_array = pa.ChunkedArray
     # schema.names and column(i): the column_names and columns properties cost twice as much
     for index, name in enumerate(source.schema.names):
         column = source.column(index)
@@ -156,6 +161,36 @@ def number_view(array: Any) -> Optional[torch.Tensor]:
     if offset or buffer.size != rows * dtype.itemsize:
         return torch.frombuffer(buffer, dtype=dtype, count=rows, offset=offset * dtype.itemsize)
     return torch.frombuffer(buffer, dtype=dtype)  # the whole buffer: fewer arguments to parse
+
+
+def _number_views(batch: Any, rows: int) -> Optional[dict]:
+    """Every column of ``batch`` as ``number_view`` gives it, when each column is one: integers or floats
+    with no validity bitmap, over a mutable buffer holding exactly its ``rows`` values; else None.
+
+    One ``to_struct_array().buffers()`` call gives every column's buffers without making an Array object
+    per column (``batch.column(i)`` costs more than the view itself). A buffer of exactly ``rows`` values
+    can only be read from its start, so the columns' offsets, which that list does not give, are all 0.
+    """
+    if not rows:
+        return None
+    schema = batch.schema
+    number_types = _NUMBER_TYPES
+    dtypes: list = [number_types.get(kind.id) for kind in schema.types]  # torch dtypes once None is ruled out
+    if None in dtypes:
+        return None
+    to_struct_array = getattr(batch, "to_struct_array", None)  # RecordBatch.to_struct_array: pyarrow 15
+    if to_struct_array is None:
+        return None
+    buffers = to_struct_array().buffers()  # [struct validity, then validity and values of each column]
+    if len(buffers) != 1 + 2 * len(dtypes) or buffers[0] is not None:
+        return None
+    views = {}
+    frombuffer = torch.frombuffer
+    for name, dtype, validity, values in zip(schema.names, dtypes, buffers[1::2], buffers[2::2]):
+        if validity is not None or values is None or not values.is_mutable or values.size != rows * dtype.itemsize:
+            return None
+        views[name] = frombuffer(values, dtype=dtype)
+    return views
 
 
 def _mask_path(mask_key: Any, nulls: str) -> tuple:

@@ -516,9 +516,10 @@ class PersistentTensorDict(PersistentRowsMixin, PersistentCopiesMixin, TensorDic
             node = child_td
         return node
 
-    def set(self, key: Any, item: Any, inplace: bool = False, **kwargs: Any) -> "PersistentTensorDict":
+    def set(self, key: Any, item: Any, inplace: bool = False, *, non_blocking: bool = False,
+            **kwargs: Any) -> "PersistentTensorDict":
         """Write ``item`` at ``key``: a new dataset (an existing one is replaced), or, with ``inplace=True``,
-        into the existing dataset when the shapes agree."""
+        into the existing dataset when the shapes agree (``non_blocking``: file writes are synchronous)."""
         keys = key_to_tuple(key)
         parent = self._parent_for_write(keys)
         name = keys[-1]
@@ -540,7 +541,7 @@ class PersistentTensorDict(PersistentRowsMixin, PersistentCopiesMixin, TensorDic
         else:
             self._set_at(index, value)
 
-    def set_(self, key: Any, item: Any) -> "PersistentTensorDict":
+    def set_(self, key: Any, item: Any, *, non_blocking: bool = False) -> "PersistentTensorDict":
         """Write ``item`` into the existing entry at ``key`` (the dataset keeps its dtype)."""
         keys = key_to_tuple(key)
         parent, node = self._locate(keys)
@@ -558,8 +559,14 @@ class PersistentTensorDict(PersistentRowsMixin, PersistentCopiesMixin, TensorDic
         return self
 
     def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *,
-               keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> "PersistentTensorDict":
-        """Write every entry of ``input_dict_or_td`` (checked first, so a refused entry writes nothing)."""
+               non_blocking: bool = False, keys_to_update: Optional[Sequence[Any]] = None,
+               is_leaf: Optional[Callable] = None, update_batch_size: bool = False, ignore_lock: bool = False,
+               **kwargs: Any) -> "PersistentTensorDict":
+        """Write every entry of ``input_dict_or_td`` (checked first, so a refused entry writes nothing).
+
+        As upstream's file-backed collection: sub-collections are merged whatever ``is_leaf`` says, the
+        batch size stays (``update_batch_size``), a lock is kept (``ignore_lock``), and file writes are
+        synchronous (``non_blocking``)."""
         source = self._as_source(input_dict_or_td, keys_to_update)
         self._check_writable()
         _check_tree(self._storage, source, "update", ())
@@ -590,7 +597,7 @@ class PersistentTensorDict(PersistentRowsMixin, PersistentCopiesMixin, TensorDic
             else:
                 self.set(key, value, inplace=inplace)
 
-    def update_(self, input_dict_or_td: Any, clone: bool = False, *,
+    def update_(self, input_dict_or_td: Any, clone: bool = False, *, non_blocking: bool = False,
                 keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> "PersistentTensorDict":
         """Write every entry of ``input_dict_or_td`` into the existing datasets (every key must exist)."""
         source = self._as_source(input_dict_or_td, keys_to_update)
@@ -701,7 +708,7 @@ class PersistentTensorDict(PersistentRowsMixin, PersistentCopiesMixin, TensorDic
         elif batch_size is not None:
             # a new structure over the same leaves (``clone`` is a generic member, set on the class at import)
             source = source.to_tensordict() if isinstance(source, PersistentTensorDict) else \
-                source.clone(False)  # type: ignore[attr-defined]
+                source.clone(False)
             source.batch_size = batch_size
         from ._h5_files import write_file  # _h5_files builds on this module
 

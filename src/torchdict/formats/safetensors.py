@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 import torch
 
+from ..tensordict import TensorDict
 from ._require import require
 from ._write_target import atomic_target, is_path
 
@@ -178,14 +179,10 @@ def from_safetensors(path: Any, *, device: Any = None) -> Any:
     torch.Size([4, 3])
     """
     safetensors = require("safetensors", "safetensors", "from_safetensors")
-    from safetensors import safe_open
-
-    from ..tensordict import TensorDict
-
     if device is not None:
         device = torch.device(device)
     try:
-        handle = safe_open(str(path), framework="pt", device="cpu" if device is None else str(device))
+        handle = safetensors.safe_open(str(path), framework="pt", device="cpu" if device is None else str(device))
     except safetensors.SafetensorError as err:
         raise type(err)(f"Cannot read {path} as a safetensors file: {err}") from err
     with handle as file:
@@ -223,8 +220,6 @@ def _rebuild(level: dict, tensors: dict, device: Optional[torch.device], path: A
 
     ``used`` collects the names of the tensors taken.
     """
-    from ..tensordict import TensorDict
-
     entries: dict = {}
     non_tensors = []
     for key, entry in level["keys"].items():
@@ -252,6 +247,8 @@ def _rebuild(level: dict, tensors: dict, device: Optional[torch.device], path: A
                 td.set_non_tensor(key, entry["non_tensor"])
             else:
                 td.set(key, entries[key])
+    elif device is None and level["names"] is None and _fit_as_they_are(entries, level["batch_size"]):
+        td = TensorDict._new_unsafe(entries, torch.Size(level["batch_size"]))
     else:
         # one constructor call: its checks of a dict of tensors run in bulk
         td = TensorDict(entries, batch_size=level["batch_size"], names=level["names"], device=device)
@@ -268,6 +265,32 @@ def _rebuild(level: dict, tensors: dict, device: Optional[torch.device], path: A
     if class_name is not None:
         return _saved_tensorclass(class_name, path).from_tensordict(td)
     return td
+
+
+def _fit_as_they_are(entries: dict, batch_size: Any) -> bool:
+    """Whether the constructor would store ``entries`` unchanged under ``batch_size`` (a list of sizes): plain
+    tensors and TensorDicts without a device whose leading dims are the batch size. Then the level skips the
+    constructor's per-entry conversions (a level holding levels would take them all); else the constructor
+    decides (and raises what it raises)."""
+    if type(batch_size) is not list:
+        return False
+    for size in batch_size:
+        if type(size) is not int or size < 0:
+            return False
+    n_batch = len(batch_size)
+    size = torch.Size(batch_size)
+    tensor_class = torch.Tensor
+    for value in entries.values():
+        kind = value.__class__
+        if kind is tensor_class:
+            shape = value.shape
+        elif kind is TensorDict and value._device is None:
+            shape = value._batch_size
+        else:
+            return False
+        if shape[:n_batch] != size:
+            return False
+    return True
 
 
 def _saved_tensorclass(class_name: str, path: Any) -> Any:

@@ -59,7 +59,9 @@ from ._persistence import LazyPersistenceMixin
 from ._queries import LazyQueriesMixin
 from ._shape import LazyShapeMixin
 from .._torch_function import _combine_error, _incongruent_error
-from ..nontensor import NonTensorData, NonTensorStack, combine_non_tensor
+from ..nontensor import NON_TENSOR_TYPES, NonTensorData, combine_non_tensor
+from .._unbatched import UnbatchedTensor as _Unbatched, stack_unbatched
+from ..nontensor._metadata import stacked_metadata
 from ..printing import _is_shared as _tensor_is_shared
 from ..printing import format_leaf, indent
 from ..tensordict import TensorDict
@@ -67,7 +69,6 @@ from ..tensordict import TensorDict
 __all__ = ["LazyStackedTensorDict", "lazy_stack", "maybe_dense_stack"]
 
 _Tensor = torch.Tensor
-_NON_TENSOR = (NonTensorData, NonTensorStack)
 
 
 def _missing_key_error(key: Any, keys: Sequence[Any]) -> KeyError:
@@ -81,6 +82,27 @@ def _ragged_error(key: Any, shapes: list) -> RuntimeError:
         f"Failed to stack tensors within a tensordict under the key {key!r}: their shapes are {shapes}. "
         "To read them, pass as_padded_tensor=True, as_nested_tensor=True or as_list=True to get()."
     )
+
+
+def _plain_collections(td: TensorDict, retain_none: bool) -> TensorDict:
+    """``td`` with each tensorclass in it (at any depth) replaced by its TensorDict; ``retain_none`` writes a
+    tensorclass's ``None`` fields in as ``NonTensorData(None)``. ``td`` must be fresh (``contiguous()``'s)."""
+    storage = td._tensordict
+    for key, value in storage.items():
+        if not isinstance(value, TensorCollection):
+            continue
+        if not isinstance(value, TensorDictBase):  # a tensorclass
+            fields = type(value)._tc_field_names  # type: ignore[attr-defined]  # a tensorclass: see the test
+            value = storage[key] = value._tensordict
+            if value._is_locked:  # a frozen class locks its fields; the copy is the caller's to change
+                value.unlock_()
+            if retain_none:
+                for name in fields:
+                    if name not in value._tensordict:
+                        value.set_non_tensor(name, None)
+        if isinstance(value, TensorDict):
+            _plain_collections(value, retain_none)
+    return td
 
 
 def _pad_to(value: torch.Tensor, shape: Sequence[int], padding_value: float, left: bool) -> torch.Tensor:
@@ -116,6 +138,25 @@ def _is_advanced(item: Any) -> bool:
     return isinstance(item, list) or (isinstance(item, _Tensor) and item.dim() > 0)
 
 
+def _common_batch(members: Sequence[TensorDictBase]) -> torch.Size:
+    """The members' batch size, with ``-1`` for each dim where they differ (a ragged lazy stack, as upstream)."""
+    first = members[0].batch_size
+    for member in members:
+        if member.batch_size != first:
+            break
+    else:
+        return first
+    return torch.Size([sizes[0] if len(set(sizes)) == 1 else -1
+                       for sizes in zip(*(member.batch_size for member in members))])
+
+
+def _rank_mismatch_error(first: torch.Size, other: torch.Size) -> RuntimeError:
+    return RuntimeError(
+        "batch sizes in tensordicts differs, LazyStackedTensorDict cannot be created. Got "
+        f"td[0].batch_size={first} and td[i].batch_size={other}. If the length match and you wish to stack these "
+        "tensordicts, set strict_shape to False.")
+
+
 def _unsupported_index(index: Any, why: str) -> IndexError:
     return IndexError(f"Unsupported index {index!r} on a LazyStackedTensorDict: {why}.")
 
@@ -141,7 +182,7 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
 
     __slots__ = ("_tds", "_stack_dim", "_member_batch", "_is_locked", "_stack_name", "__weakref__")
 
-    def __init__(self, *tensordicts: TensorDict, stack_dim: int = 0) -> None:
+    def __init__(self, *tensordicts: TensorDictBase, stack_dim: int = 0) -> None:
         if not tensordicts:
             raise RuntimeError("items cannot be empty")
         for td in tensordicts:
@@ -154,45 +195,80 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
                 )
         first = tensordicts[0]
         batch = first.batch_size
+        ragged = False
         for position, td in enumerate(tensordicts):
             if td.batch_size != batch:
-                raise _incongruent_error(tensordicts, position)
+                if len(td.batch_size) != len(batch):
+                    raise _rank_mismatch_error(batch, td.batch_size)
+                ragged = True
             if td.device != first.device:
                 raise RuntimeError(f"devices differ, got {first.device} and {td.device}")
+        if ragged:
+            batch = _common_batch(tensordicts)
         n_batch = len(batch)
         if not -n_batch - 1 <= stack_dim <= n_batch:
             full = torch.Size((*batch, len(tensordicts)))
             raise RuntimeError(f"Stack dim {stack_dim} is too big for batch size {full}.")
-        self._tds: List[TensorDict] = list(tensordicts)
+        self._tds: List[TensorDictBase] = list(tensordicts)
         self._stack_dim = stack_dim % (n_batch + 1)
         self._member_batch = batch
         self._is_locked = False
         self._stack_name: Optional[str] = None  # the stack dim's name (the members' names are theirs)
 
     @classmethod
-    def _from_members(cls, members: List[TensorDict], stack_dim: int) -> "LazyStackedTensorDict":
+    def _from_members(cls, members: List[TensorDictBase], stack_dim: int) -> "LazyStackedTensorDict":
         """A stack of members already known to be consistent (their batch sizes and devices agree)."""
         td = object.__new__(cls)
         td._tds = members
         td._stack_dim = stack_dim
-        td._member_batch = members[0].batch_size
+        td._member_batch = _common_batch(members)
         td._is_locked = False
         td._stack_name = None
         return td
 
     @classmethod
-    def lazy_stack(cls, input: Sequence[TensorDict], dim: int = 0, *, out: Any = None,
-                   **kwargs: Any) -> "LazyStackedTensorDict":
-        """``lazy_stack(input, dim, out=out)``.
+    def lazy_stack(cls, items: Sequence[Any], dim: int = 0, *, device: Any = None, out: Any = None,
+                   stack_dim_name: Optional[str] = None, strict_shape: bool = False, as_list: bool = False,
+                   as_padded_tensor: bool = False, as_nested_tensor: bool = False, padding_side: str = "right",
+                   layout: Optional[torch.layout] = None, padding_value: float = 0.0) -> Any:
+        """Stack ``items`` along a new batch dim ``dim`` without copying them (see :func:`lazy_stack`).
+
+        ``stack_dim_name`` names the new dim. ``device`` is not used (the stack has its members'
+        device), as upstream's. Members whose batch sizes differ (with the same number of dims) give a
+        ragged stack, whose batch size holds ``-1`` where they differ; ``strict_shape=True`` refuses them. A list of tensors is stacked with ``torch.stack``, or returned as a list
+        (``as_list``), padded to its largest size in every dim then stacked (``as_padded_tensor``,
+        with ``padding_value`` on ``padding_side``), or as a nested tensor of ``layout``
+        (``as_nested_tensor``, jagged by default); non-tensor leaves give a ``NonTensorStack``.
 
         >>> LazyStackedTensorDict.lazy_stack([TensorDict(), TensorDict()]).batch_size
         torch.Size([2])
+        >>> LazyStackedTensorDict.lazy_stack([torch.zeros(1), torch.ones(2)], as_padded_tensor=True)
+        tensor([[0., 0.],
+                [1., 1.]])
         """
-        result = cls(*input, stack_dim=kwargs.pop("stack_dim", dim))
-        return result if out is None else _stacked_into(out, result)
+        from ._tensor_lists import stack_tensor_list
+
+        if not items:
+            raise RuntimeError("items cannot be empty")
+        if all(isinstance(item, _Tensor) for item in items):
+            return stack_tensor_list(list(items), dim, out, as_list=as_list, as_padded_tensor=as_padded_tensor,
+                                     as_nested_tensor=as_nested_tensor, padding_side=padding_side, layout=layout,
+                                     padding_value=padding_value)
+        if all(type(item) in NON_TENSOR_TYPES for item in items):
+            return NonTensorData.stack(list(items), dim, out=out)
+        if strict_shape:
+            for position, item in enumerate(items):
+                if isinstance(item, TensorDictBase) and item.batch_size != items[0].batch_size:
+                    raise _incongruent_error(items, position)
+        result = cls(*items, stack_dim=dim)
+        if out is not None:
+            return _stacked_into(out, result)
+        result._stack_name = stack_dim_name
+        return result
 
     @classmethod
-    def maybe_dense_stack(cls, input: Sequence[TensorDict], dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
+    def maybe_dense_stack(cls, items: Sequence[Any], dim: int = 0, out: Any = None,
+                          strict: bool = False) -> Any:
         """``torch.stack(items, dim)`` when the members hold the same keys with the same shapes, else lazy.
 
         >>> import torch
@@ -201,11 +277,11 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
         >>> type(LazyStackedTensorDict.maybe_dense_stack([TensorDict(a=0), TensorDict(b=1)])).__name__
         'LazyStackedTensorDict'
         """
-        return maybe_dense_stack(input, dim, out=out)
+        return maybe_dense_stack(items, dim, out=out, strict=strict)
 
     # ------------------------------------------------------------------ shape and members
     @property
-    def tensordicts(self) -> List[TensorDict]:
+    def tensordicts(self) -> List[TensorDictBase]:
         """The members (the same objects), in stack order; a new list each time."""
         return list(self._tds)
 
@@ -329,6 +405,10 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
                 return self._padded(values, padding_value, padding_side)
             if as_nested_tensor:
                 return torch.nested.as_nested_tensor(values, layout=layout)
+            if isinstance(values[0], _Unbatched):  # no batch dims to stack: the first one, the stack's batch size
+                batch = list(values[0].batch_size)
+                batch.insert(self._stack_dim, len(values))
+                return stack_unbatched(values, torch.Size(batch))
             if is_ragged(values):
                 raise _ragged_error(key, [value.shape for value in values])
             return torch.stack(values, self._stack_dim)
@@ -337,9 +417,35 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
                             f"{type(values[0]).__name__} values.")
         if all(isinstance(value, TensorDictBase) for value in values):
             return LazyStackedTensorDict(*values, stack_dim=self._stack_dim)
-        if all(type(value) in _NON_TENSOR for value in values):
+        if all(type(value) in NON_TENSOR_TYPES for value in values):
+            batch = list(values[0].batch_size)
+            batch.insert(self._stack_dim, len(values))
+            metadata = stacked_metadata(values, torch.Size(batch))  # MetaData holding one object stays one
+            if metadata is not None:
+                return metadata
             return combine_non_tensor(values, lambda grids: torch.stack(grids, self._stack_dim))
+        if all(isinstance(value, TensorCollection) for value in values):
+            return self._stacked_tensorclasses(key, values)
         raise _combine_error(key, values, "stack", TypeError())
+
+    def _stacked_tensorclasses(self, key: Any, values: list) -> Any:
+        """The members' tensorclass instances at ``key`` (some may be TensorDicts) stacked along the stack dim.
+
+        Instances of one class give an instance of it, as upstream, but dense (a copy): a tensorclass keeps
+        its fields in a TensorDict, never in a lazy stack. A mix of classes gives a lazy stack of their fields,
+        as upstream gives a lazy stack.
+        """
+        kind = type(values[0])
+        if any(type(value) is not kind for value in values):
+            return LazyStackedTensorDict(*[value if isinstance(value, TensorDictBase) else value._tensordict
+                                           for value in values], stack_dim=self._stack_dim)
+        try:
+            return torch.stack(values, self._stack_dim)
+        except RuntimeError as err:
+            raise RuntimeError(
+                f"Cannot stack the {kind.__name__} instances at key {key!r}: {err} torchdict stacks a tensorclass "
+                "densely; read the members' instances with get(key, as_list=True), or one field padded with "
+                "get((key, field), as_padded_tensor=True).") from err
 
     def _padded(self, values: list, padding_value: float, padding_side: str) -> torch.Tensor:
         if padding_side not in ("left", "right"):
@@ -374,7 +480,7 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
             value = self.get(index, _MISSING)
             if value is _MISSING:
                 raise _missing_key_error(index, self.keys())
-            return value.data if type(value) in _NON_TENSOR else value
+            return value.data if type(value) in NON_TENSOR_TYPES else value
         across = index_with_spanning_mask(self, index)
         if across is not None:
             return across
@@ -530,7 +636,7 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
         leaf = to_leaf(item, key, batch, self.device)
         if isinstance(leaf, (_Tensor, TensorCollection)):  # a Mapping became a TensorDict
             return list(leaf.unbind(dim))
-        if type(leaf) is NonTensorData:
+        if isinstance(leaf, NonTensorData):
             return [leaf._with_batch_size(self._member_batch) for _ in range(count)]
         return [leaf._batch_op(lambda grid, i=i: grid.select(dim, i)) for i in range(count)]  # NonTensorStack
 
@@ -549,8 +655,9 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
                     td.set(path, old)
             raise
 
-    def set_(self, key: Any, item: torch.Tensor) -> "LazyStackedTensorDict":
+    def set_(self, key: Any, item: torch.Tensor, *, non_blocking: bool = False) -> "LazyStackedTensorDict":
         """Copy the tensor ``item`` (full batch) into the members' existing tensors (allowed when locked).
+        ``non_blocking`` is given to the members' copies.
 
         >>> import torch
         >>> a, b = TensorDict(x=torch.zeros(())), TensorDict(x=torch.zeros(()))
@@ -573,7 +680,7 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
             if torch.broadcast_shapes(value.shape, piece.shape) != value.shape:
                 td.set_(keys, piece)  # raises the member's own error, before any member is written
         for td, piece in zip(self._tds, pieces):
-            td.set_(keys, piece)
+            td.set_(keys, piece, non_blocking=non_blocking)
         return self
 
     # ------------------------------------------------------------------ TensorDictBase primitives
@@ -613,24 +720,24 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
         if td.device != self.device:
             raise RuntimeError(f"devices differ, got {self.device} and {td.device}")
 
-    def append(self, td: TensorDict) -> None:
-        """Add ``td`` as the last member (same batch size and device as the members)."""
-        self.insert(len(self._tds), td)
+    def append(self, tensordict: TensorDict) -> None:
+        """Add ``tensordict`` as the last member (same batch size and device as the members)."""
+        self.insert(len(self._tds), tensordict)
 
-    def insert(self, index: int, td: TensorDict) -> None:
-        """Add ``td`` as a member before position ``index`` (as ``list.insert``).
+    def insert(self, index: int, tensordict: TensorDict) -> None:
+        """Add ``tensordict`` as a member before position ``index`` (as ``list.insert``).
 
         >>> td = lazy_stack([TensorDict()])
         >>> td.insert(0, TensorDict())
         >>> td.batch_size
         torch.Size([2])
         """
-        self._check_member(td)
-        self._tds.insert(index, td)
+        self._check_member(tensordict)
+        self._tds.insert(index, tensordict)
 
-    def extend(self, tds: Sequence[TensorDict]) -> None:
-        """Append every TensorDict of ``tds`` (none is added if one does not fit)."""
-        tds = list(tds)
+    def extend(self, tensordict: Sequence[TensorDict]) -> None:
+        """Append every TensorDict of the sequence ``tensordict`` (none is added if one does not fit)."""
+        tds = list(tensordict)
         for td in tds:
             self._check_member(td)
         self._tds.extend(tds)
@@ -651,9 +758,10 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
             values = self._member_values(key)
             if is_ragged(values):
                 raise _ragged_error(key, [value.shape for value in values])
-        return torch.stack(self._shared_members(), self._stack_dim)
+        # torch.stack of TensorDicts: torch's stubs take tensors only; TensorDict.__torch_function__ answers.
+        return torch.stack(self._shared_members(), self._stack_dim)  # type: ignore[arg-type, return-value]
 
-    def _shared_members(self) -> List[TensorDict]:
+    def _shared_members(self) -> List[TensorDictBase]:
         """The members as dense TensorDicts holding only the keys every member has (as upstream, the dense
         form of a lazy stack leaves exclusive keys out; a shared sub-TensorDict stays, maybe empty)."""
         members = [td.contiguous() if isinstance(td, LazyStackedTensorDict) else td for td in self._tds]
@@ -664,10 +772,11 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
         return [td.exclude(*(key for key in td.keys(True) if key not in shared)) for td in members]
 
     def to_tensordict(self, *, retain_none: Optional[bool] = None) -> TensorDict:
-        """``contiguous()``: a dense TensorDict of the keys every member has."""
-        return self.contiguous()
+        """``contiguous()``: a dense TensorDict of the keys every member has, with the tensorclasses in it as
+        TensorDicts (their ``None`` fields as ``NonTensorData(None)`` with ``retain_none=True``), as upstream."""
+        return _plain_collections(self.contiguous(), bool(retain_none))
 
-    def _map_members(self, fn: Callable[[TensorDict], TensorDict]) -> "LazyStackedTensorDict":
+    def _map_members(self, fn: Callable[[TensorDictBase], TensorDictBase]) -> "LazyStackedTensorDict":
         return LazyStackedTensorDict(*[fn(td) for td in self._tds], stack_dim=self._stack_dim)
 
     @staticmethod
@@ -676,8 +785,11 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
         return LazyStackedTensorDict(*members, stack_dim=stack_dim)
 
     def to(self, *args: Any, **kwargs: Any) -> "LazyStackedTensorDict":
-        """A lazy stack of ``member.to(...)`` (device and/or dtype)."""
-        return self._map_members(lambda td: td.to(*args, **kwargs))
+        """A lazy stack of ``member.to(...)``: every form of ``TensorDict.to`` but ``batch_size=``
+        (``inplace=True`` converts the members in place and returns self). See ``lazy/_moves.py``."""
+        from ._moves import lazy_to
+
+        return lazy_to(self, args, kwargs)
 
     # ------------------------------------------------------------------ locking
     @property
@@ -716,7 +828,7 @@ class LazyStackedTensorDict(LazyApplyMixin, LazyKeyOpsMixin, LazyQueriesMixin, L
                 fields[key] = (f"Tensor(shape={self.get_item_shape(key)}, device={values[0].device}, "
                                f"dtype={dtype}, is_shared={_tensor_is_shared(values[0])})")
             elif all(isinstance(value, TensorDictBase) for value in values) or all(
-                    type(value) in _NON_TENSOR for value in values):
+                    type(value) in NON_TENSOR_TYPES for value in values):
                 fields[key] = format_leaf(self.get(key))
             else:
                 mixed.add(key)  # a tensor in one member, a TensorDict in another: shown per member
@@ -755,7 +867,7 @@ def _new_keys(td: TensorDict, keys_before: set) -> list:
     return [path[0] if len(path) == 1 else path for path in new]
 
 
-def _undo_record(td: TensorDict, keys: tuple) -> tuple:
+def _undo_record(td: TensorDictBase, keys: tuple) -> tuple:
     """What undoes ``td.set(keys, ...)``: ``(path, old value)``, or ``(first missing level, _MISSING)``."""
     for depth in range(1, len(keys) + 1):
         value = td.get(keys[:depth], _MISSING)
@@ -764,7 +876,7 @@ def _undo_record(td: TensorDict, keys: tuple) -> tuple:
     return keys, value
 
 
-def lazy_stack(input: Sequence[TensorDict], dim: int = 0, *, out: Any = None, **kwargs: Any) -> LazyStackedTensorDict:
+def lazy_stack(input: Sequence[Any], dim: int = 0, *, out: Any = None, **kwargs: Any) -> LazyStackedTensorDict:
     """Stack TensorDicts along a new batch dim ``dim`` without copying them.
 
     The members must have the same batch size and device; their leaves may
@@ -778,9 +890,10 @@ def lazy_stack(input: Sequence[TensorDict], dim: int = 0, *, out: Any = None, **
     (torch.Size([3, 2]), 1)
 
     ``out`` (a collection of the stacked batch size) receives the stack's values in place and is returned.
+    The other keywords are :meth:`LazyStackedTensorDict.lazy_stack`'s (``stack_dim_name``, the options
+    for lists of tensors, ...).
     """
-    result = LazyStackedTensorDict(*input, stack_dim=kwargs.pop("stack_dim", dim))
-    return result if out is None else _stacked_into(out, result)
+    return LazyStackedTensorDict.lazy_stack(input, dim, out=out, **kwargs)
 
 
 def _stacked_into(out: Any, result: Any) -> Any:
@@ -792,7 +905,7 @@ def _stacked_into(out: Any, result: Any) -> Any:
     return out
 
 
-def maybe_dense_stack(input: Sequence[TensorDict], dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
+def maybe_dense_stack(input: Sequence[Any], dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
     """``torch.stack(items, dim)`` (dense) when every member holds the same leaves with the same shapes,
     else ``lazy_stack(items, dim)``.
 
@@ -800,8 +913,14 @@ def maybe_dense_stack(input: Sequence[TensorDict], dim: int = 0, *, out: Any = N
     >>> type(maybe_dense_stack([TensorDict(a=torch.zeros(1)), TensorDict(a=torch.zeros(2))])).__name__
     'LazyStackedTensorDict'
     """
+    strict = kwargs.pop("strict", False)
+    if kwargs:
+        raise TypeError(f"maybe_dense_stack() got unexpected keyword arguments {sorted(kwargs)}.")
     if out is not None:
-        return _stacked_into(out, maybe_dense_stack(input, dim))
+        result = maybe_dense_stack(input, dim)
+        if strict:
+            _check_same_keys(out, result)
+        return _stacked_into(out, result)
     items = list(input)
     if not items:
         raise RuntimeError("items cannot be empty")
@@ -816,6 +935,15 @@ def maybe_dense_stack(input: Sequence[TensorDict], dim: int = 0, *, out: Any = N
     if all(isinstance(td, TensorDict) for td in items) and all(layout(td) == first for td in items[1:]):
         return torch.stack(items, dim)
     return lazy_stack(items, dim)
+
+
+def _check_same_keys(out: Any, result: Any) -> None:
+    """``maybe_dense_stack(..., out=out, strict=True)``: ``out`` must hold exactly the stacked keys."""
+    out_keys, in_keys = set(out.keys()), set(result.keys())
+    if out_keys != in_keys:
+        raise RuntimeError(f"With strict=True, out must hold the keys of the stacked tensordicts: out has "
+                           f"{sorted(map(str, out_keys - in_keys))} more and {sorted(map(str, in_keys - out_keys))} "
+                           "fewer.")
 
 
 def _register_pytree() -> None:

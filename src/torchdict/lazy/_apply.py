@@ -10,16 +10,21 @@ written only when all of them succeeded, so a failing function changes nothing.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 import torch
 
 from .._base import TensorCollection
 
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
+
 _NO: Any = object()  # "argument not given" (None is a value for several options)
 
 
-class LazyApplyMixin:
+class LazyApplyMixin(LazyHost):
     """The class using it provides ``tensordicts``, ``stack_dim``, ``batch_size``, ``contiguous``,
     ``is_locked`` and ``_restack``."""
 

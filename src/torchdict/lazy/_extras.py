@@ -8,23 +8,28 @@ keeps the members (``as_tensor``, ``replace``, ``to_padded_tensor``, the casts),
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 
 import torch
+
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
 
 _Tensor = torch.Tensor
 _NO: Any = object()
 
 
 def _cast(dtype: torch.dtype) -> Callable:
-    def method(self: Any) -> Any:
-        return self.type(dtype)
+    def method(self: Any, *, cast_filter: Optional[Callable] = None) -> Any:
+        return self.type(dtype, cast_filter=cast_filter)
 
     method.__doc__ = f"A lazy stack of the members with every tensor leaf cast to ``{dtype}``."
     return method
 
 
-class LazyExtrasMixin:
+class LazyExtrasMixin(LazyHost):
     """The class using it provides the rest of the lazy stack's API."""
 
     __slots__ = ()
@@ -51,9 +56,49 @@ class LazyExtrasMixin:
         self._check_not_ragged()
         return self
 
+    def consolidate(self, filename: Any = None, *, num_threads: Any = 0, device: Any = None,
+                    non_blocking: bool = False, inplace: bool = False, return_early: bool = False,
+                    use_buffer: bool = False, share_memory: bool = False, pin_memory: bool = False,
+                    metadata: bool = False) -> Any:
+        """A new lazy stack whose members' leaves are views of one storage (one copy to move it to a device),
+        as upstream; ``inplace`` changes nothing more (upstream returns a new stack too). With ``filename``
+        or ``return_early``, or members that are lazy stacks themselves, the dense stack is consolidated."""
+        from ._moves import lazy_consolidate
+
+        return lazy_consolidate(self, filename, dict(
+            num_threads=num_threads, device=device, non_blocking=non_blocking, inplace=inplace,
+            return_early=return_early, use_buffer=use_buffer, share_memory=share_memory, pin_memory=pin_memory,
+            metadata=metadata))
+
     def is_consolidated(self) -> bool:
-        """False: a lazy stack is never consolidated into one storage."""
-        return False
+        """True for a stack made by :meth:`consolidate` whose members still are the storage's views."""
+        from ._moves import lazy_is_consolidated
+
+        return lazy_is_consolidated(self)
+
+    # ------------------------------------------------------------------ pinned memory, streams (lazy/_moves.py)
+    def pin_memory(self, num_threads: Optional[int] = None, inplace: bool = False) -> Any:
+        """A lazy stack of the members with their leaves pinned (``inplace=True``: the members' leaves are
+        replaced and self returned; a locked stack keeps its leaves). Needs an accelerator."""
+        from ._moves import lazy_pin_memory
+
+        return lazy_pin_memory(self, num_threads, inplace)
+
+    def pin_memory_(self, num_threads: int = 0) -> Any:
+        """``pin_memory(num_threads, inplace=True)`` (deprecated, as upstream)."""
+        import warnings
+
+        from ._moves import lazy_pin_memory
+
+        warnings.warn(f"{type(self).__name__}.pin_memory_() is deprecated: use pin_memory(inplace=True) instead.",
+                      DeprecationWarning, stacklevel=2)
+        return lazy_pin_memory(self, num_threads, True)
+
+    def record_stream(self, stream: Any) -> Any:
+        """Mark every member's tensor leaves as used by the CUDA ``stream``; returns self."""
+        from ._moves import lazy_record_stream
+
+        return lazy_record_stream(self, stream)
 
     def auto_batch_size_(self, batch_dims: Optional[int] = None, keep_compliant_size: bool = False) -> Any:
         """Returns self when the batch size it would get is the current one; a lazy stack's batch size can't
@@ -79,13 +124,14 @@ class LazyExtrasMixin:
     def auto_device_(self) -> Any:
         """Each member's ``auto_device_()``; returns self."""
         for td in self.tensordicts:
-            td.auto_device_()
+            # TensorDicts and lazy stacks have it; another kind of member raises its own AttributeError.
+            td.auto_device_()  # type: ignore[attr-defined]
         return self
 
     def clear_device_(self) -> Any:
         """Each member's ``clear_device_()``; returns self."""
         for td in self.tensordicts:
-            td.clear_device_()
+            td.clear_device_()  # type: ignore[attr-defined]  # as auto_device_
         return self
 
     # ------------------------------------------------------------------ member-wise conversions
@@ -156,9 +202,13 @@ class LazyExtrasMixin:
             self.update_(scratch)
         return self
 
-    def to_module(self, module: torch.nn.Module, **kwargs: Any) -> Any:
-        """The dense stack's ``to_module`` (its leaves go into ``module``)."""
-        return self.contiguous().to_module(module, **kwargs)
+    def to_module(self, module: torch.nn.Module, *, inplace: Optional[bool] = None, return_swap: bool = True,
+                  swap_dest: Any = None, use_state_dict: bool = False, non_blocking: bool = False,
+                  preserve_module_state: bool = True, memo: Any = None) -> Any:
+        """The dense stack's ``to_module`` (its leaves go into ``module``); the keywords are TensorDict's."""
+        return self.contiguous().to_module(
+            module, inplace=inplace, return_swap=return_swap, swap_dest=swap_dest, use_state_dict=use_state_dict,
+            non_blocking=non_blocking, preserve_module_state=preserve_module_state, memo=memo)
 
     def backward(self, gradient: Any = None, retain_graph: Optional[bool] = None, create_graph: bool = False,
                  inputs: Any = None) -> None:
@@ -264,7 +314,7 @@ class LazyExtrasMixin:
                                   "with get(key, as_nested_tensor=True).")
 
 
-class LazyConstructorsMixin:
+class LazyConstructorsMixin(LazyHost):
     """The class-level constructors of upstream's ``LazyStackedTensorDict``: ``from_dict`` / ``from_list``
     (one member per dict) and ``lazy_stack``; the others build a plain TensorDict, as upstream's do."""
 
@@ -300,10 +350,12 @@ class LazyConstructorsMixin:
                              device=device, batch_dims=batch_dims, names=names)
 
     @classmethod
-    def from_any(cls, obj: Any, **kwargs: Any) -> Any:
+    def from_any(cls, obj: Any, *, auto_batch_size: bool = False, batch_dims: Optional[int] = None,
+                 device: Any = None, batch_size: Any = None) -> Any:
         """``from_dict`` for a mapping or a list; ``TensorDict.from_any`` otherwise."""
         from ..tensordict import TensorDict
 
+        kwargs = dict(auto_batch_size=auto_batch_size, batch_dims=batch_dims, device=device, batch_size=batch_size)
         if isinstance(obj, (dict, list)):
             return cls.from_dict(obj, **kwargs)
         return TensorDict.from_any(obj, **kwargs)
@@ -359,7 +411,14 @@ def _delegate_to_tensordict(name: str) -> classmethod:
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"``TensorDict.{name}`` (upstream's lazy stack builds a TensorDict here too)."
+    setattr(method, "__wrapped__", _tensordict_function(name))  # inspect.signature shows TensorDict's parameters
     return classmethod(method)
+
+
+def _tensordict_function(name: str) -> Callable:
+    from ..tensordict import TensorDict  # loaded before the lazy package (lazy/_ops imports it too)
+
+    return getattr(TensorDict, name).__func__
 
 
 for _name in ("fromkeys", "from_namedtuple", "from_dataclass", "from_module", "from_modules"):

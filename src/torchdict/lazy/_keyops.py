@@ -14,11 +14,16 @@ Conversions that would silently drop exclusive keys raise upstream's
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from .._base import TensorCollection
 from .._errors import locked_error, missing_key_error
 from .._keys import key_to_tuple
+
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
 
 _NO: Any = object()
 
@@ -28,7 +33,7 @@ def exclusive_keys_error(method: str) -> RuntimeError:
     return RuntimeError(f"the method {method} cannot complete when there are exclusive keys.")
 
 
-class LazyKeyOpsMixin:
+class LazyKeyOpsMixin(LazyHost):
     """The class using it provides ``tensordicts``, ``stack_dim``, ``batch_size``, ``keys``, ``get``,
     ``set``, ``set_``, ``contiguous``, ``is_locked``, ``_member_values`` and ``_restack``."""
 
@@ -40,7 +45,7 @@ class LazyKeyOpsMixin:
         key_sets = [set(td.keys(True)) for td in self.tensordicts]
         if any(keys != key_sets[0] for keys in key_sets[1:]):
             return True
-        return any(hasattr(td, "tensordicts") and td._has_exclusive_keys() for td in self.tensordicts)
+        return any(isinstance(td, LazyKeyOpsMixin) and td._has_exclusive_keys() for td in self.tensordicts)
 
     def _refuse_exclusive(self, method: str) -> None:
         if self._has_exclusive_keys():
@@ -92,7 +97,12 @@ class LazyKeyOpsMixin:
         keys; ragged leaves are fine)."""
         options = dict(convert_nodes=convert_nodes, convert_tensors=convert_tensors, tolist_first=tolist_first,
                        as_linked_list=as_linked_list)
-        return [element.tolist(**options) for element in self.unbind(0)]
+        result = [element.tolist(**options) for element in self.unbind(0)]
+        if as_linked_list:  # the outer list bound to the stack, as upstream's
+            from .._linked_list import LinkedList
+
+            return LinkedList(result, td=self)
+        return result
 
     # ------------------------------------------------------------------ checks
     def _check_members_writable(self) -> None:
@@ -206,7 +216,7 @@ class LazyKeyOpsMixin:
                 for key in list(td.keys()):
                     if key not in remainder.keys():
                         del td[key]
-            stacks[-1] = self
+            return (*stacks[:-1], self)
         return tuple(stacks)
 
     def separates(self, *keys: Any, default: Any = _NO, strict: bool = True, filter_empty: bool = True) -> Any:
@@ -254,10 +264,11 @@ class LazyKeyOpsMixin:
                     td.update_(values)
             raise
 
-    def update_(self, input_dict_or_td: Any, clone: bool = False, *, non_blocking: bool = False,
+    def update_(self, input_dict_or_td: Any = None, clone: bool = False, *, non_blocking: bool = False,
                 keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> Any:
-        """Each member's ``update_`` (copy into its existing entries) with its part of the source."""
-        parts = self._source_parts(input_dict_or_td)
+        """Each member's ``update_`` (copy into its existing entries) with its part of the source; without a
+        source, the keyword arguments are the entries (as TensorDict's)."""
+        parts = self._source_parts(kwargs if input_dict_or_td is None else input_dict_or_td)
         self._member_writes(lambda td, part: td.update_(part, clone=clone, keys_to_update=keys_to_update), parts)
         return self
 

@@ -7,9 +7,14 @@ dims were. This is what ``masked_select`` of a lazy stack builds on.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
 
 _Tensor = torch.Tensor
 
@@ -37,6 +42,7 @@ def index_with_spanning_mask(td: Any, index: Any) -> Any:
         taken = len(items) - 1 - 1 + mask.dim()
         items[at:at + 1] = [slice(None)] * (len(batch) - taken)
         position = _spanning_mask_position(items)
+        assert position is not None  # the same mask, moved by the slices that replaced the ``...``
     first = position  # every item before the mask takes one dim
     if not first <= td.stack_dim < first + mask.dim():
         return None
@@ -51,17 +57,20 @@ def index_with_spanning_mask(td: Any, index: Any) -> Any:
     return td._restack(elements, out_dim)
 
 
-class LazyMaskMixin:
+class LazyMaskMixin(LazyHost):
     """``masked_select`` of a lazy stack; the class using it provides ``keys``, ``get``, ``device`` and
     indexing."""
 
     __slots__ = ()
 
-    def masked_select(self, mask: _Tensor) -> Any:
+    def masked_select(self, mask: _Tensor, *, inplace: bool = False) -> Any:
         """A TensorDict of the entries at the true positions of ``mask`` (of the batch shape, or of its
         leading dims): tensors stacked then masked, sub-TensorDicts as lazy stacks of the selected
-        elements (as upstream)."""
+        elements (as upstream). ``inplace=True`` is refused (``NotImplementedError``, as upstream)."""
         from ..tensordict import TensorDict
+        from ._shape import _refuse_inplace
+
+        _refuse_inplace("masked_select", inplace)
 
         # As upstream: every stacked entry indexed by the mask (a ragged entry raises when stacked).
         entries = {key: self.get(key)[mask] for key in self.keys()}

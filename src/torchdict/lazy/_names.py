@@ -5,12 +5,17 @@ renaming a lazy stack renames its members' dims too.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 from .._errors import locked_error
 
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
 
-class LazyNamesMixin:
+
+class LazyNamesMixin(LazyHost):
     """The class using it provides ``tensordicts``, ``stack_dim``, ``batch_size``, ``is_locked`` and a
     ``_stack_name`` slot."""
 

@@ -15,7 +15,7 @@ member, so that a member that would fail is found before any member is written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Callable, List
+from typing import TYPE_CHECKING, Any, Callable, List
 
 import torch
 
@@ -23,6 +23,12 @@ from .._base import TensorCollection
 from .._errors import locked_error
 from .._keys import key_to_tuple
 from .._ops import _OPERATORS, BINARY_OPS, UNARY_OPS
+from .._torch_function import tensor_operator_handler
+
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
 
 _Tensor = torch.Tensor
 #: What ``_member_values`` returns when a member lacks the key (shared with lazy.py).
@@ -35,7 +41,7 @@ def is_ragged(values: list) -> bool:
         value.shape != values[0].shape for value in values)
 
 
-class LazyOpsMixin:
+class LazyOpsMixin(LazyHost):
     """Member-wise operations; the class using it provides ``_tds``, ``_stack_dim``, ``_is_locked``,
     ``batch_size``, ``keys``, ``get``, ``set``, ``set_`` and ``_member_values``."""
 
@@ -62,10 +68,11 @@ class LazyOpsMixin:
             raise locked_error()
 
     # ------------------------------------------------------------------ select / exclude
-    def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> Any:
+    def select(self, *keys: Any, inplace: bool = False, strict: bool = True, as_tensordict: bool = False) -> Any:
         """A lazy stack of each member's ``select(*keys)``; with ``inplace``, the members keep only those keys.
 
         With ``strict`` (the default), every member must hold every key (the member's ``KeyError``).
+        ``as_tensordict`` changes nothing here (it matters to tensorclasses): the result is a lazy stack.
 
         >>> from torchdict import TensorDict, lazy_stack
         >>> td = lazy_stack([TensorDict(a=0, b=1), TensorDict(a=2, b=3)])
@@ -312,7 +319,36 @@ class LazyOpsMixin:
         method = _TORCH_POINTWISE.get(func)
         if method is not None and args and isinstance(args[0], LazyOpsMixin):
             return getattr(args[0], method)(*args[1:], **kwargs)
+        # ``t + lazy`` / ``lazy ** t`` under torch.compile: the tensor's operator, answered with the stack's own
+        operator = tensor_operator_handler(func)
+        if operator is not None:
+            return operator(*args, **kwargs)
         return NotImplemented  # torch raises its TypeError
+
+
+def _take_entries(out: Any, result: Any, update_batch_size: bool) -> Any:
+    """``out`` takes the top-level entries of ``result`` (set, not copied into); if one is refused, the
+    entries set before it are put back. Returns ``out``."""
+    if isinstance(out, LazyOpsMixin):
+        return out.update(result, update_batch_size=update_batch_size)
+    if update_batch_size and out.batch_size != result.batch_size:
+        if out.is_locked:
+            raise locked_error()
+        out.batch_size = result.batch_size
+    written: list = []
+    try:
+        for key, value in result.items():
+            written.append((key, out.get(key, _MISSING)))
+            out.set(key, value)
+    except BaseException:
+        for key, old in reversed(written):
+            if old is _MISSING:
+                if key in out.keys():
+                    del out[key]
+            else:
+                out.set(key, old)
+        raise
+    return out
 
 
 def _restore(members: list, records: list) -> None:
@@ -382,7 +418,8 @@ def _stack_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
     # The new dim comes before the stack dim (which moves right) or after it (one dim less inside a member).
     member_dim, new_stack_dim = (dim, stack_dim + 1) if dim <= stack_dim else (dim - 1, stack_dim)
     members = [torch.stack([td._tds[i] for td in tensors], member_dim) for i in range(len(first._tds))]
-    return LazyStackedTensorDict(*members, stack_dim=new_stack_dim)
+    # torch.stack / torch.cat of TensorDicts give TensorDicts (__torch_function__); torch's stubs say tensors.
+    return LazyStackedTensorDict(*members, stack_dim=new_stack_dim)  # type: ignore[arg-type]
 
 
 def _cat_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
@@ -412,7 +449,7 @@ def _cat_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
         raise RuntimeError("torch.cat of lazy stacks along a dim other than the stack dim needs the same number "
                            f"of members in each, got {sorted(counts)}.")
     member_dim = dim - (dim > stack_dim)
-    members = [torch.cat([td.tensordicts[position] for td in stacks], member_dim)
+    members = [torch.cat([td.tensordicts[position] for td in stacks], member_dim)  # type: ignore[misc]
                for position in range(counts.pop())]
     return LazyStackedTensorDict(*members, stack_dim=stack_dim)
 
@@ -435,10 +472,24 @@ _EXTRA_METHODS = ("clamp", "clip", "lerp", "multiply", "subtract", "divide", "tr
 
 def _out_of_place(name: str) -> Callable:
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = kwargs.pop("out", None)  # not split among the members: it receives the whole result
         result = self._memberwise(name, args, kwargs)
         if result is NotImplemented:  # a named method, not a dunder: say so (the members' dunders don't)
             raise TypeError(f"{name}(): unsupported operand type for a LazyStackedTensorDict.")
-        return result
+        if out is None:
+            return result
+        if name == "where":  # as upstream: out takes the result's entries (sub-stacks stay lazy)
+            return _take_entries(out, result, kwargs.get("update_batch_size", False))
+        from .._ops import _into_out
+
+        # The result's values copied into out's tensors (a dense out takes the dense result, which
+        # must not leave out keys only some members hold).
+        if isinstance(out, LazyOpsMixin):
+            return _into_out(out, result)
+        if result._has_exclusive_keys():
+            raise KeyError(f"{name}(out=...): the result has keys that only some members hold "
+                           f"({result._exclusive_keys()}); a dense out can't take them.")
+        return _into_out(out, result.contiguous())
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"A lazy stack of each member's ``{name}(...)`` (operands split along the stack dim)."
@@ -485,6 +536,8 @@ def _install() -> None:
 
     def put(name: str, method: Callable) -> None:
         if name not in vars(LazyOpsMixin) and hasattr(TensorDict, name):
+            # The member method takes the same arguments: inspect.signature (and help()) show its keywords.
+            setattr(method, "__wrapped__", getattr(TensorDict, name))
             setattr(LazyOpsMixin, name, method)
 
     for name in [*BINARY_OPS, *UNARY_OPS, *_EXTRA_METHODS]:

@@ -13,10 +13,15 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 from .._meta_json import write_meta_atomic
 from .._nofollow import read_in_folder
+
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
 
 _CLASS = "tensordict:LazyStackedTensorDict"
 
@@ -61,7 +66,7 @@ def _archive_requested(prefix: Any, archive: Any) -> bool:
     return False
 
 
-class LazyPersistenceMixin:
+class LazyPersistenceMixin(LazyHost):
     """The class using it provides ``tensordicts``, ``stack_dim``, ``_stack_name``, ``lock_`` and
     ``_restack``."""
 

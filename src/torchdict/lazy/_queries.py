@@ -7,18 +7,23 @@ the shared keys where it walks the stack's keys (``depth``, ``sorted_keys``, ``n
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional
 
 import torch
 
 from ._ops import _MISSING
 from ._reductions import member_leaves
 
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
+
 _Tensor = torch.Tensor
 _SENTINEL: Any = object()
 
 
-class LazyQueriesMixin:
+class LazyQueriesMixin(LazyHost):
     """Queries; the class using it provides ``tensordicts``, ``keys`` (shared keys, post-order),
     ``get``, ``_member_values`` and ``__contains__``."""
 

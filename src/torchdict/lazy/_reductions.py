@@ -17,12 +17,17 @@ members and exclusive keys take part.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
 from .._reductions import _NO_DIM
 from ..tensordict import TensorDict
+
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
 
 _Tensor = torch.Tensor
 #: The lazy stack's reductions that take ``(dim, keepdim, **options)`` as the dense ones.
@@ -49,7 +54,7 @@ def member_leaves(td: Any) -> Iterator[_Tensor]:
             yield value
 
 
-class LazyReductionsMixin:
+class LazyReductionsMixin(LazyHost):
     """Reductions; the class using it provides ``tensordicts`` and ``contiguous``."""
 
     __slots__ = ()
@@ -107,7 +112,7 @@ def _reduction(name: str) -> Callable:
 
     dense = getattr(TensorDict, name)
     method.__name__ = method.__qualname__ = name
-    method.__signature__ = inspect.signature(dense)  # type: ignore[attr-defined]
+    setattr(method, "__signature__", inspect.signature(dense))
     method.__doc__ = (f"The dense ``{name}`` of the lazy stack (options as there); with ``reduce=True`` and no "
                       "``dim``, over every element of every member (ragged leaves and exclusive keys too).")
     return method

@@ -24,13 +24,19 @@ batch size (the *probe*), so errors are the dense TensorDict's.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence, Tuple
 
 import torch
 
 from .._shape import parse_shape
 
+if TYPE_CHECKING:
+    from ._host import LazyHost
+else:
+    LazyHost = object
+
 _Size = torch.Size
+_NO: Any = object()  # "not given" for ``device`` (None means no device)
 
 
 def merged_run(new: Sequence[int], old: Sequence[int]) -> Optional[Tuple[int, int]]:
@@ -51,7 +57,7 @@ def merged_run(new: Sequence[int], old: Sequence[int]) -> Optional[Tuple[int, in
     return front, len(old) - back - 1
 
 
-class LazyShapeMixin:
+class LazyShapeMixin(LazyHost):
     """Shape ops of a lazy stack; the class using it provides ``tensordicts``, ``stack_dim``,
     ``batch_size``, ``contiguous``, ``unbind`` and ``_restack(members, stack_dim)``."""
 
@@ -59,10 +65,31 @@ class LazyShapeMixin:
 
     # ------------------------------------------------------------------ helpers
     def _probe(self) -> Any:
-        """A leafless dense TensorDict of this batch size: the dense ops check arguments on it."""
+        """A leafless dense TensorDict of this batch size: the dense ops check arguments on it.
+
+        In a ragged stack (members of different batch sizes: ``-1`` in the batch size) those dims stand in
+        with size 2, so that dim checks pass and they are never squeezed; ops whose result sizes depend on
+        them refuse a ragged stack first (:meth:`_refuse_ragged`).
+        """
         from ..tensordict import TensorDict
 
-        return TensorDict({}, batch_size=self.batch_size)
+        batch = self.batch_size
+        if -1 in batch:
+            batch = torch.Size([2 if size == -1 else size for size in batch])
+        return TensorDict({}, batch_size=batch)
+
+    def _flat_ragged(self, shape: Sequence[int], op: str) -> Any:
+        """A ragged stack (stacked along dim 0) made one-dim: a lazy stack of every element, member after member."""
+        rows = [row for td in self.tensordicts for row in td.reshape(-1).unbind(0)]
+        if self.stack_dim != 0 or len(shape) != 1 or shape[0] not in (-1, len(rows)):
+            self._refuse_ragged(op)
+        return self._restack(rows, 0)
+
+    def _refuse_ragged(self, op: str) -> None:
+        if -1 in self.batch_size:
+            raise RuntimeError(f"{op}() needs the sizes of every batch dim, but the members of this lazy stack have "
+                               f"different batch sizes (batch size {list(self.batch_size)}): apply it to each "
+                               "member (unbind the stack dim) instead.")
 
     def _keep_lock(self, result: Any) -> Any:
         if self.is_locked and not result.is_locked:
@@ -109,6 +136,7 @@ class LazyShapeMixin:
         """
         if len(shape) == 1 and isinstance(shape[0], torch.dtype):
             return self._restack([td.view(shape[0]) for td in self.tensordicts], self.stack_dim)
+        self._refuse_ragged("view")
         wanted = parse_shape(shape) if shape or size is None else tuple(size)
         new = self._probe().reshape(wanted).batch_size  # -1 inferred, the dense errors
         if new == self.batch_size:
@@ -123,6 +151,8 @@ class LazyShapeMixin:
         one, else the dense stack reshaped (ragged members raise then)."""
         if not shape:
             shape = (kwargs.get("shape", kwargs.get("batch_size", ())),)
+        if -1 in self.batch_size:
+            return self._flat_ragged(parse_shape(shape), "reshape")
         new = self._probe().reshape(parse_shape(shape)).batch_size
         if new == self.batch_size:
             return self
@@ -136,6 +166,11 @@ class LazyShapeMixin:
         if inplace:
             raise NotImplementedError("flatten(inplace=True) is not supported on a LazyStackedTensorDict: call "
                                       "to_tensordict() first.")
+        if -1 in self.batch_size:
+            start, end = (0 if start_dim is None else start_dim), (-1 if end_dim is None else end_dim)
+            if start % self.batch_dims == 0 and end % self.batch_dims == self.batch_dims - 1:
+                return self._flat_ragged((-1,), "flatten")
+            self._refuse_ragged("flatten")
         new = self._probe().flatten(0 if start_dim is None else start_dim, -1 if end_dim is None else end_dim)
         return self.reshape(new.batch_size)
 
@@ -144,6 +179,7 @@ class LazyShapeMixin:
         if inplace:
             raise NotImplementedError("unflatten(inplace=True) is not supported on a LazyStackedTensorDict: call "
                                       "to_tensordict() first.")
+        self._refuse_ragged("unflatten")
         return self.reshape(self._probe().unflatten(dim, unflattened_size).batch_size)
 
     # ------------------------------------------------------------------ permutations
@@ -175,9 +211,9 @@ class LazyShapeMixin:
         """``transpose(axis0, axis1)``."""
         return self.transpose(axis0, axis1)
 
-    def swapdims(self, dim0: int, dim1: int) -> Any:
-        """``transpose(dim0, dim1)``."""
-        return self.transpose(dim0, dim1)
+    def swapdims(self, axis0: int, axis1: int) -> Any:
+        """``transpose(axis0, axis1)`` (upstream's parameter names)."""
+        return self.transpose(axis0, axis1)
 
     def movedim(self, source: Any, destination: Any) -> Any:
         """Move batch dims as ``torch.movedim`` (members permuted, restacked)."""
@@ -240,6 +276,8 @@ class LazyShapeMixin:
         stacked densely when the members hold the same keys and shapes, else lazily."""
         from ..lazy import maybe_dense_stack
 
+        if -1 in self.batch_size:
+            return self._expand_ragged(parse_shape(shape))
         new = self._probe().expand(*shape).batch_size
         n_new, n_old = len(new), len(self.batch_size)
         stack_dim = n_new - n_old + self.stack_dim
@@ -249,6 +287,21 @@ class LazyShapeMixin:
             members = [members[0].copy() for _ in range(count)]
         member_shape = [size for position, size in enumerate(new) if position != stack_dim]
         return maybe_dense_stack([td.expand(*member_shape) for td in members], stack_dim)
+
+    def _expand_ragged(self, shape: Sequence[int]) -> Any:
+        """``expand`` of a ragged stack: new leading dims only, the ragged dims given as -1 (each member keeps its
+        own size there), as upstream."""
+        old = self.batch_size
+        lead = len(shape) - len(old)
+        aligned = list(shape[lead:])
+        if lead < 0 or any(size == -1 and want != -1 for size, want in zip(old, aligned)):
+            self._refuse_ragged("expand")
+        stack_dim = self.stack_dim
+        if aligned[stack_dim] not in (-1, old[stack_dim]):
+            self._refuse_ragged("expand")
+        del aligned[stack_dim]
+        members = [td.expand(*shape[:lead], *aligned) for td in self.tensordicts]
+        return self._restack(members, stack_dim + lead)
 
     def broadcast_to(self, shape: Sequence[int]) -> Any:
         """The dense stack broadcast to ``shape`` (as upstream; ``expand`` keeps the members)."""
@@ -262,11 +315,13 @@ class LazyShapeMixin:
             return self.apply(lambda x, y: x.expand_as(y), other, batch_size=other.batch_size)
         return self.expand(*other.shape)
 
-    def repeat(self, *repeats: Any) -> Any:
+    def repeat(self, *repeats: Any, inplace: bool = False) -> Any:
         """Tile the batch dims: each member repeated along its dims, the member list repeated along the
-        stack dim."""
+        stack dim. ``inplace=True`` is refused (``NotImplementedError``, as upstream) after the checks."""
+        self._refuse_ragged("repeat")
         counts = list(parse_shape(repeats))
         self._probe().repeat(*counts)
+        _refuse_inplace("repeat", inplace)
         if len(counts) != len(self.batch_size):
             return self.contiguous().repeat(*counts)  # new leading dims: the dense op
         along_stack = counts.pop(self.stack_dim)
@@ -274,8 +329,10 @@ class LazyShapeMixin:
         return self._restack([td for _ in range(along_stack) for td in members], self.stack_dim)
 
     def repeat_interleave(self, repeats: Any, dim: Optional[int] = None, *,
-                          output_size: Optional[int] = None) -> Any:
-        """Repeat each element along ``dim``: along the stack dim the members, else each member."""
+                          output_size: Optional[int] = None, inplace: bool = False) -> Any:
+        """Repeat each element along ``dim``: along the stack dim the members, else each member.
+        ``inplace=True`` is refused (``NotImplementedError``, as upstream)."""
+        _refuse_inplace("repeat_interleave", inplace)
         if dim is None:
             return self.contiguous().repeat_interleave(repeats, dim, output_size=output_size)
         self._probe().repeat_interleave(repeats, dim, output_size=output_size)
@@ -334,23 +391,60 @@ class LazyShapeMixin:
 
 
     # ------------------------------------------------------------------ new collections of another batch
-    def _new_filled(self, method: str, args: tuple, kwargs: dict) -> Any:
-        """The dense stack's ``new_<kind>``, on the stack's device unless one is given."""
-        kwargs.setdefault("device", self.device)
-        return getattr(self.contiguous(), method)(*args, **kwargs)
+    def _new_filled(self, method: str, size: Any, args: tuple, options: dict, empty_lazy: bool) -> Any:
+        """The dense stack's ``new_<kind>(*args, ...)`` (``size`` is the batch size asked for), on the stack's
+        device unless one is given.
 
-    def new_zeros(self, *size: Any, **kwargs: Any) -> Any:
+        With ``empty_lazy`` and a ``size`` that reaches the stack dim, as upstream: a lazy stack (along the
+        same dim, of ``size[stack_dim]`` members) of leafless copies of the first member's structure.
+        """
+        options = {name: value for name, value in options.items() if value is not _NO}
+        if empty_lazy:
+            shape = list(parse_shape(size))
+            if len(shape) > self.stack_dim:
+                count = shape.pop(self.stack_dim)
+                member = self.tensordicts[0].empty(recurse=True).new_empty(shape, empty_lazy=True)
+                result = self._restack([member.copy() for _ in range(count)], self.stack_dim)
+                result._stack_name = self._stack_name
+                return result
+        options.setdefault("device", self.device)
+        return getattr(self.contiguous(), method)(*args, empty_lazy=empty_lazy, **options)
+
+    def new_zeros(self, *size: Any, dtype: Optional[torch.dtype] = None, device: Any = _NO,
+                  requires_grad: bool = False, layout: torch.layout = torch.strided,
+                  pin_memory: Optional[bool] = None, empty_lazy: bool = False) -> Any:
         """A TensorDict of batch ``size`` with the dense stack's structure, zeros everywhere."""
-        return self._new_filled("new_zeros", size, kwargs)
+        return self._new_filled("new_zeros", size, size, dict(dtype=dtype, device=device, requires_grad=requires_grad,
+                                layout=layout, pin_memory=pin_memory), empty_lazy)
 
-    def new_ones(self, *size: Any, **kwargs: Any) -> Any:
-        return self._new_filled("new_ones", size, kwargs)
+    def new_ones(self, *size: Any, dtype: Optional[torch.dtype] = None, device: Any = _NO,
+                 requires_grad: bool = False, layout: torch.layout = torch.strided,
+                 pin_memory: Optional[bool] = None, empty_lazy: bool = False) -> Any:
+        """A TensorDict of batch ``size`` with the dense stack's structure, ones everywhere."""
+        return self._new_filled("new_ones", size, size, dict(dtype=dtype, device=device, requires_grad=requires_grad,
+                                layout=layout, pin_memory=pin_memory), empty_lazy)
 
-    def new_empty(self, *size: Any, **kwargs: Any) -> Any:
-        return self._new_filled("new_empty", size, kwargs)
+    def new_empty(self, *size: Any, dtype: Optional[torch.dtype] = None, device: Any = _NO,
+                  requires_grad: bool = False, layout: torch.layout = torch.strided,
+                  pin_memory: Optional[bool] = None, empty_lazy: bool = False) -> Any:
+        """A TensorDict of batch ``size`` with the dense stack's structure, uninitialised."""
+        return self._new_filled("new_empty", size, size, dict(dtype=dtype, device=device, requires_grad=requires_grad,
+                                layout=layout, pin_memory=pin_memory), empty_lazy)
 
-    def new_full(self, size: Sequence[int], fill_value: Any, **kwargs: Any) -> Any:
-        return self._new_filled("new_full", (size, fill_value), kwargs)
+    def new_full(self, size: Sequence[int], fill_value: Any, *, dtype: Optional[torch.dtype] = None,
+                 device: Any = _NO, requires_grad: bool = False, layout: torch.layout = torch.strided,
+                 pin_memory: Optional[bool] = None, empty_lazy: bool = False) -> Any:
+        """A TensorDict of batch ``size`` with the dense stack's structure, ``fill_value`` everywhere."""
+        return self._new_filled("new_full", size, (size, fill_value), dict(
+            dtype=dtype, device=device, requires_grad=requires_grad, layout=layout, pin_memory=pin_memory),
+            empty_lazy)
+
+
+def _refuse_inplace(name: str, inplace: bool) -> None:
+    """Upstream's lazy stacks refuse the in-place forms of the ops that change the batch size."""
+    if inplace:
+        raise NotImplementedError(f"{name}(inplace=True) is not supported on a LazyStackedTensorDict: call "
+                                  ".to_tensordict() first, or use inplace=False.")
 
 
 def _movedim_order(n_batch: int, source: Any, destination: Any) -> List[int]:

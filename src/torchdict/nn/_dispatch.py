@@ -79,7 +79,7 @@ class dispatch:
                 dest: Union[str, Sequence[NestedKey]] = DEFAULT_DEST, auto_batch_size: bool = True) -> Any:
         if callable(separator):  # bare ``@dispatch``: decorate at once
             decorator = super().__new__(cls)
-            decorator.__init__()
+            cls.__init__(decorator)
             return decorator(separator)
         return super().__new__(cls)
 
@@ -128,7 +128,7 @@ class dispatch:
                 return decorator._call_with_tensors(func, bound_self, args, kwargs, False)
 
             wrapper = dispatched_function
-        wrapper.__signature__ = _optional_signature(func)  # type: ignore[attr-defined]
+        setattr(wrapper, "__signature__", _optional_signature(func))
         return wrapper
 
     def _keys(self, spec: Any, instance: Any) -> Any:
@@ -212,7 +212,7 @@ def module_forward(func: Callable) -> Callable:
                     slot.set_mode(skip_mode)
         return dispatched(*args, **kwargs)
 
-    forward.__signature__ = dispatched.__signature__  # type: ignore[attr-defined]
+    setattr(forward, "__signature__", getattr(dispatched, "__signature__"))
     return forward
 
 

@@ -53,7 +53,7 @@ else:  # pragma: no cover - Python 3.10
 
     class _StrEnumBase(str, enum.Enum):
         __str__ = str.__str__
-        __format__ = str.__format__
+        __format__ = str.__format__  # type: ignore[assignment]  # str's, as StrEnum's (3.11+)
 
 
 class InteractionType(_StrEnumBase):

@@ -281,7 +281,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
 
     # ------------------------------------------------------------------------------------------ keys
 
-    @property
+    @property  # type: ignore[misc]  # read-only here, as upstream's
     def out_keys(self) -> List[NestedKey]:
         """The sampled keys, then the log-probability keys when ``return_log_prob`` is set."""
         out_keys = list(self._out_keys)
@@ -315,6 +315,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 f"log_prob_keys={self.log_prob_keys}). When composite_lp_aggregate() returns ``False``, try to "
                 f"use {type(self).__name__}.log_prob_keys instead."
             )
+        assert self._log_prob_key is not None  # set at __init__ when aggregating, which has not changed since
         return self._log_prob_key
 
     @property

@@ -171,7 +171,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         return self._det_part
 
     @property
-    def _last_module(self) -> nn.Module:
+    def _last_module(self) -> Any:  # a probabilistic module, or another with in_keys / out_keys
         last = None
         for last in self._module_iter():  # noqa: B007
             pass

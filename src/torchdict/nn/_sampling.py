@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import torch
 from torch import distributions as D
@@ -15,6 +15,9 @@ from ..base import TensorDictBase
 from ..nontensor import is_non_tensor
 from ._modes import InteractionType
 from .distributions import _fallbacks
+
+if TYPE_CHECKING:
+    from typing import Sequence
 
 
 def _user_stacklevel() -> int:
@@ -85,7 +88,7 @@ def _plain_kwargs(kwargs: Any) -> Any:
 
 
 def _draw(owner: Any, dist: Any, itype: Optional[InteractionType], generator: Optional[torch.Generator],
-          num_samples: Optional[torch.Size], n_empirical_estimate: int) -> Any:
+          num_samples: Optional[Sequence[int]], n_empirical_estimate: int) -> Any:
     """One value of ``dist`` for the interaction type (``None``: the owner's default)."""
     if not isinstance(dist, D.Distribution):
         raise TypeError("Expected Distribution, but got {}".format(type(dist)))

@@ -63,8 +63,9 @@ class WrapModule(TensorDictModuleBase):
     in it). With ``inplace=True`` the result is written into the input, which is returned. ``in_keys`` /
     ``out_keys`` only describe the function to the sequence; they are not checked."""
 
-    in_keys: List[NestedKey] = []  # type: ignore[assignment]
-    out_keys: List[NestedKey] = []  # type: ignore[assignment]
+    # Class-level keys, which TensorDictModuleBase.__init_subclass__ moves behind its properties.
+    in_keys: List[NestedKey] = []  # type: ignore[override]
+    out_keys: List[NestedKey] = []  # type: ignore[override]
 
     def __init__(self, func: Callable[[TensorDictBase], TensorDictBase], *, inplace: bool = False,
                  in_keys: Optional[List[NestedKey]] = None, out_keys: Optional[List[NestedKey]] = None) -> None:

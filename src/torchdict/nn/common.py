@@ -18,7 +18,7 @@ from torch.compiler import is_compiling
 
 from .._keys import NestedKey, unravel_key_list
 from ..base import TensorDictBase
-from ..nontensor import NonTensorData, NonTensorStack
+from ..nontensor import NON_TENSOR_TYPES
 from ..tensordict import TensorDict as _TensorDict
 from ._dispatch import dispatch, make_tensordict, module_forward
 from ._out_keys import reset_out_keys as _reset_out_keys, select_out_keys as _select_out_keys
@@ -27,7 +27,6 @@ from .utils import _set_skip_existing_None
 __all__ = ["TensorDictModuleBase", "TensorDictModule", "TensorDictModuleWrapper", "WrapModule",
            "as_tensordict_module", "dispatch", "make_tensordict"]
 
-_NON_TENSOR = (NonTensorData, NonTensorStack)
 _MISSING = object()
 
 
@@ -132,10 +131,11 @@ class TensorDictModuleBase(nn.Module):
             _reset_children(self)
         return detached
 
-    @property  # type: ignore[misc]
-    def __name__(self) -> str:  # type: ignore[override]
+    @property
+    def __name__(self) -> str:
         # torch.vmap and torch.compile name the function they wrap: a module instance needs one.
-        return type(self).__name__
+        # type(self).__name__ is the class's name (type's data descriptor wins over this property).
+        return type(self).__name__  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         fields = [f"{name}={child}" for name, child in self.named_children()]
@@ -151,8 +151,9 @@ def _reset_children(module: nn.Module) -> bool:
     reset_any = False
     for child in module.children():
         reset_any |= _reset_children(child)
-        if hasattr(child, "reset_parameters"):
-            child.reset_parameters()
+        reset = getattr(child, "reset_parameters", None)  # a method of most layers (nn.Module declares none)
+        if reset is not None:
+            reset()
             reset_any = True
     return reset_any
 
@@ -258,7 +259,7 @@ class TensorDictModule(TensorDictModuleBase):
         if "_" in self.in_keys:
             warnings.warn('key "_" is for ignoring output, it should not be used in input keys', stacklevel=2)
         self.module = module
-        self.inplace = inplace
+        self.inplace: Union[bool, str, None] = inplace  # None: TensorDictSequential's default (see there)
         self.method = method
         self.method_kwargs = method_kwargs if method_kwargs is not None else {}
         self._get_kwargs = get_kwargs if get_kwargs is not None else {}
@@ -297,7 +298,7 @@ class TensorDictModule(TensorDictModuleBase):
                     f"{type(self.module).__name__}."
                 )
             return None
-        if type(value) in _NON_TENSOR:
+        if type(value) in NON_TENSOR_TYPES:
             return value._read()
         return value
 
@@ -367,7 +368,7 @@ class TensorDictModule(TensorDictModuleBase):
         get = tensordict.get
         values = [get(key, None) for key in self.in_keys]
         for position, value in enumerate(values):
-            if type(value) in _NON_TENSOR:  # a non-tensor entry is passed as its value, as td[key] gives it
+            if type(value) in NON_TENSOR_TYPES:  # a non-tensor entry is passed as its value, as td[key] gives it
                 values[position] = value._read()
         return values
 

@@ -86,7 +86,8 @@ class EnsembleModule(TensorDictModuleBase):
 
     def _func_module_call(self, input: Any, params: Any) -> Any:
         if isinstance(params, TensorDictBase):  # one copy's parameters as a TensorDict (upstream's convention)
-            with params.to_module(self.module):
+            # (a TensorDict or a lazy stack: vmap's slice of the stacked parameters; both have to_module)
+            with params.to_module(self.module):  # type: ignore[attr-defined]
                 return self.module(input)
         # One copy's tensors put in the module's slots for the call, and the module's own put back after
         # (what ``to_module`` does, without building the TensorDict of the previous values).
@@ -95,7 +96,8 @@ class EnsembleModule(TensorDictModuleBase):
         try:
             for (store, name), value in zip(slots, params):
                 store[name] = value
-            return self._modules["module"](input)  # not through nn.Module.__getattr__
+            children: Any = self._modules  # not through nn.Module.__getattr__ (its values typed Optional)
+            return children["module"](input)
         finally:
             for (store, name), value in zip(slots, previous):
                 store[name] = value
@@ -103,7 +105,8 @@ class EnsembleModule(TensorDictModuleBase):
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         """The wrapped module's output for each copy, stacked along a new first dim."""
         # The TensorDict inside TensorDictParams holds the very Parameter objects: gradients reach them.
-        params = self._modules["params_td"]._param_td  # (self.params_td, without nn.Module.__getattr__)
+        children: Any = self._modules  # self.params_td, without nn.Module.__getattr__
+        params = children["params_td"]._param_td
         values = [params[key] for key in self._param_keys]
         if (type(tensordict) in _pytree._REGISTERED and self.vmapped_forward is self._default_vmapped_forward
                 and not is_compiling()):
@@ -129,7 +132,9 @@ class EnsembleModule(TensorDictModuleBase):
         if others:
             warnings.warn("EnsembleModule.reset_parameters_recursive() only resets parameters of self.module, "
                           "but other parameters were detected. These parameters will not be reset.")
-        return self.module.reset_parameters_recursive(parameters)
+        reset = self.module.reset_parameters_recursive(parameters)
+        assert reset is not None  # given parameters, the module returns their reset copy
+        return reset
 
 
 class _FlatCall:

@@ -136,8 +136,9 @@ class TensorDictSequential(TensorDictModule):
         return self
 
     # ---------------------------------------------------------------- sub-sequences
-    def _module_iter(self) -> Iterator[nn.Module]:
-        # ModuleList and ModuleDict both keep their children, in order, in ``_modules``.
+    def _module_iter(self) -> Iterator[Any]:
+        # ModuleList and ModuleDict both keep their children, in order, in ``_modules``: modules with
+        # ``in_keys`` / ``out_keys`` (TensorDictModuleBase or compatible, which no nn.Module type says).
         return iter(list(self._wrapped()._modules.values()))
 
     def select_subsequence(self, in_keys: Optional[Iterable[NestedKey]] = None,
@@ -183,7 +184,7 @@ class TensorDictSequential(TensorDictModule):
         return sequence
 
     # ---------------------------------------------------------------- the call
-    def _run_module(self, module: nn.Module, tensordict: Any, **kwargs: Any) -> Any:
+    def _run_module(self, module: Any, tensordict: Any, **kwargs: Any) -> Any:
         if not self.partial_tolerant:
             return module(tensordict, **kwargs)
         present = tensordict.keys(include_nested=True)
@@ -290,17 +291,18 @@ class TensorDictSequential(TensorDictModule):
     def __delitem__(self, index: Union[int, slice, str]) -> None:
         self._edit_modules(lambda modules: modules.__delitem__(index))
 
-    def _modules_after(self, edit: Callable[[nn.Module], None]) -> list:
+    def _modules_after(self, edit: Callable[[Any], None]) -> list:
         """The modules ``edit`` would leave, worked out on a copy of the container (which is left alone)."""
+        candidate: Any  # an nn.ModuleList or an nn.ModuleDict, as self.module
         if isinstance(self.module, nn.ModuleDict):
-            candidate: nn.Module = nn.ModuleDict(collections.OrderedDict(self.module.items()))
+            candidate = nn.ModuleDict(collections.OrderedDict(self.module.items()))
             edit(candidate)
             return list(candidate.values())
         candidate = nn.ModuleList(list(self.module))
         edit(candidate)
         return list(candidate)
 
-    def _edit_modules(self, edit: Callable[[nn.Module], None]) -> None:
+    def _edit_modules(self, edit: Callable[[Any], None]) -> None:
         """Apply ``edit`` to a copy of the container first: an edit that fails, or that would drop a
         selected out key, leaves the sequence unchanged. Then to the container, and recompute the keys."""
         modules = self._modules_after(edit)

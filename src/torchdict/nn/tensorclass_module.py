@@ -8,13 +8,16 @@ import dataclasses
 import typing
 import warnings
 from abc import ABC, abstractmethod
-from typing import Any, Generic, List, TypeVar, Union, cast, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Generic, List, Optional, TypeVar, Union, cast, get_args, get_origin
 
 from torch import Tensor, nn
 
 from ..tensorclass import TensorClass
 from ._dispatch import dispatch
 from .common import TensorDictModuleBase
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 __all__ = ["TensorClassModuleBase", "TensorClassModuleWrapper"]
 
@@ -44,7 +47,7 @@ def _caller_stacklevel() -> int:
     """The stack level of the first frame outside torch and torchdict (where the user's call is)."""
     import sys
 
-    frame = sys._getframe(1)
+    frame: Optional[FrameType] = sys._getframe(1)
     level = 1
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
@@ -141,7 +144,7 @@ class TensorClassModuleWrapper(TensorDictModuleBase):
                 "default will change to writing the outputs into tensordict_out and returning it, as "
                 "TensorDictModule does, and to raising a TypeError for the other arguments.",
                 FutureWarning, stacklevel=_caller_stacklevel())
-        input_type = self.tc_module.input_type
+        input_type = cast("type[TensorClass]", self.tc_module.input_type)  # as_td_module checked it
         fields = {field.name for field in dataclasses.fields(input_type)}
         extra = [key for key in tensordict.keys() if key not in fields]
         if extra:

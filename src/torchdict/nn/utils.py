@@ -174,7 +174,7 @@ class set_skip_existing(_DecoratorContextManager):
         copy._called = self._called
         return copy
 
-    def __call__(self, func: Callable) -> Callable:
+    def __call__(self, func: Callable) -> Callable:  # type: ignore[override]  # the wrapper, not func's type
         self._called = True
         _check_tensordict_first(func)
         decorator = self
@@ -230,7 +230,7 @@ class _set_skip_existing_None(set_skip_existing):
     def clone(self) -> "_set_skip_existing_None":
         return type(self)()
 
-    def __call__(self, func: Callable) -> Callable:
+    def __call__(self, func: Callable) -> Callable:  # type: ignore[override]  # the wrapper, not func's type
         self._called = True
         _check_tensordict_first(func)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from itertools import count
 from operator import attrgetter
-from typing import Any, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 
 import torch
 
@@ -37,7 +37,7 @@ from ._members import NonTensorMembersMixin
 from ._ops import NonTensorOpsMixin
 from ._shape import NonTensorShapeMixin
 
-__all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor"]
+__all__ = ["NonTensorData", "NonTensorStack", "is_non_tensor", "NON_TENSOR_TYPES"]
 
 # Origin tokens: a fresh one for each value written as a whole (next() on a count is atomic),
 # with the number of batch dims that value spans: a selection of elements that all come from one
@@ -95,12 +95,13 @@ class NonTensorData(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMixi
     [['x'], ['x']]
     """
 
-    __slots__ = ("_data", "_batch_size", "_device", "_names", "_locked", "_lock_undo", "_saved_path")
+    # ``__weakref__``: ``tolist(as_linked_list=True)`` binds its list to the leaf weakly (as upstream).
+    __slots__ = ("_data", "_batch_size", "_device", "_names", "_locked", "_lock_undo", "_saved_path", "__weakref__")
     _is_non_tensor = True  # upstream's class marker, read by ``is_tensor_collection``
 
     def __init__(self, data: Any, batch_size: Any = None, device: Any = None,
                  names: Optional[Sequence[Optional[str]]] = None) -> None:
-        if type(data) is NonTensorData:
+        if isinstance(data, NonTensorData):  # (a MetaData too)
             data = data._data
         elif type(data) is NonTensorStack:
             data = data._unique_value()  # upstream's ``stack.data``: AttributeError when the values differ
@@ -145,10 +146,16 @@ class NonTensorData(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMixi
                as_linked_list: bool = False, convert_nodes: bool = True) -> Any:
         """The value in a nested list of the batch shape (the value itself for an empty batch).
 
-        The keyword arguments are accepted for upstream's signature; they change nothing (the items
-        are the stored value; ``as_linked_list`` gives a plain list).
+        ``convert_tensors`` and ``tolist_first`` are accepted for upstream's signature and change nothing
+        (the items are the stored value). ``as_linked_list``: nested ``LinkedList``s bound to this leaf,
+        whose item assignments write here (a different value raises ``ValueError``, as a write does).
         """
-        return _nest([self._data] * self._batch_size.numel(), self._batch_size)
+        values = _nest([self._data] * self._batch_size.numel(), self._batch_size)
+        if as_linked_list and self._batch_size:
+            from .._linked_list import nested_linked_list
+
+            return nested_linked_list(values, self, len(self._batch_size))
+        return values
 
     def to_dict(self, *, retain_none: bool = True, convert_tensors: Any = False,
                 tolist_first: bool = False, as_linked_list: bool = False) -> Any:
@@ -208,8 +215,8 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
     >>> import torch
     >>> from torchdict import TensorDict
     >>> td = torch.stack([TensorDict(s="a"), TensorDict(s="b")])
-    >>> td["s"]
-    ['a', 'b']
+    >>> td["s"]  # a list that writes back into the stack, as upstream's
+    LinkedList(['a', 'b'])
     >>> NonTensorStack("a", "b")[1].data
     'b'
     """
@@ -220,8 +227,12 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
     # over a large batch builds no Python object per element; the per-element list (``_values``) is
     # made only when someone reads it.
     __slots__ = ("_palette", "_palette_origins", "_codes", "_batch_size", "_device", "_names", "_locked",
-                 "_lock_undo", "_saved_path")
+                 "_lock_undo", "_saved_path", "__weakref__")
     _is_non_tensor = True
+    if TYPE_CHECKING:
+        _palette: list
+        _palette_origins: Optional[list]
+        _codes: Optional[torch.Tensor]
 
     def __init__(self, *values: Any, stack_dim: int = 0, device: Any = None,
                  names: Optional[Sequence[Optional[str]]] = None) -> None:
@@ -355,16 +366,25 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
     # ------------------------------------------------------------------ the values
     @property
     def data(self) -> Any:
-        """The values as nested lists of the batch shape (what ``td[key]`` returns).
+        """The values as nested ``LinkedList``s of the batch shape, bound to this stack (what ``td[key]``
+        returns, as upstream's: ``td[key][i] = v`` writes into the stack).
 
         Upstream's ``NonTensorStack.data`` is the one value every element holds (AttributeError when
         they differ); torchdict keeps the nested list here, which the TensorDict reads rely on.
         """
-        return _nest(self._values, self._batch_size)
+        values = _nest(self._values, self._batch_size)
+        if not self._batch_size:  # no batch dim: the one value itself
+            return values
+        from .._linked_list import nested_linked_list
+
+        return nested_linked_list(values, self, len(self._batch_size))
 
     def tolist(self, *, convert_tensors: Any = False, tolist_first: bool = False,
                as_linked_list: bool = False, convert_nodes: bool = True) -> Any:
-        """The values as nested lists of the batch shape (keyword arguments as ``NonTensorData.tolist``)."""
+        """The values as nested plain lists of the batch shape (``as_linked_list``: as ``data``, nested
+        ``LinkedList``s bound to this stack; the other keywords as ``NonTensorData.tolist``)."""
+        if as_linked_list:
+            return self.data
         return _nest(self._values, self._batch_size)
 
     def to_dict(self, *, retain_none: bool = True, convert_tensors: Any = False,
@@ -374,6 +394,31 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
 
     def maybe_to_stack(self) -> "NonTensorStack":
         return self._shallow()
+
+    def copy_(self, tensordict: Any, non_blocking: bool = False) -> "NonTensorStack":
+        """``update_(tensordict)`` (a stack names its source ``tensordict``, as upstream's lazy stack)."""
+        return self.update_(tensordict)
+
+    # A stack is a lazy stack upstream: its class-level stacking takes the lazy stack's parameters.
+    @staticmethod
+    def lazy_stack(items: Sequence[Any], dim: int = 0, *, device: Any = None, out: Any = None,
+                   stack_dim_name: Optional[str] = None, strict_shape: bool = False, as_list: bool = False,
+                   as_padded_tensor: bool = False, as_nested_tensor: bool = False, padding_side: str = "right",
+                   layout: Any = None, padding_value: Any = 0.0) -> Any:
+        """:meth:`LazyStackedTensorDict.lazy_stack`."""
+        from ..lazy import LazyStackedTensorDict
+
+        return LazyStackedTensorDict.lazy_stack(
+            items, dim, device=device, out=out, stack_dim_name=stack_dim_name, strict_shape=strict_shape,
+            as_list=as_list, as_padded_tensor=as_padded_tensor, as_nested_tensor=as_nested_tensor,
+            padding_side=padding_side, layout=layout, padding_value=padding_value)
+
+    @staticmethod
+    def maybe_dense_stack(items: Sequence[Any], dim: int = 0, out: Any = None, strict: bool = False) -> Any:
+        """:meth:`LazyStackedTensorDict.maybe_dense_stack`."""
+        from ..lazy import maybe_dense_stack
+
+        return maybe_dense_stack(items, dim, out=out, strict=strict)
 
     def __contains__(self, key: Any) -> bool:
         """No key is in a stack (upstream's answer); a ``NonTensorData`` has no ``__contains__`` (as upstream,
@@ -403,7 +448,8 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
 
     # ------------------------------------------------------------------ internal protocol
     def _read(self) -> Any:
-        return _nest(self._values, self._batch_size)
+        """What ``td[key]`` returns for this stack: :attr:`data`, its values as linked lists."""
+        return self.data
 
     def _flat_values(self) -> List[Any]:
         return list(self._palette) if self._codes is None else self._get_values()
@@ -547,8 +593,13 @@ def _from_grid(grid: torch.Tensor, values: Sequence[Any], origins: Optional[Sequ
     return one if one is not None else NonTensorStack._from_flat(picked, grid.shape, device, picked_origins)
 
 
+#: The classes of the non-tensor leaves, for exact-type tests (``type(x) in NON_TENSOR_TYPES``, a set
+#: lookup): NonTensorData, NonTensorStack and each MetaData class (``_metadata`` adds them as they are made).
+NON_TENSOR_TYPES: set = {NonTensorData, NonTensorStack}
+
+
 def is_non_tensor(leaf: object) -> bool:
-    return type(leaf) in (NonTensorData, NonTensorStack)
+    return type(leaf) in NON_TENSOR_TYPES
 
 
 def combine_non_tensor(
@@ -570,11 +621,11 @@ def combine_non_tensor(
         codes, leaf_palette, leaf_origins = leaf._palette_form()
         leaf_origins = [None] * len(leaf_palette) if leaf_origins is None else leaf_origins
         if len(used) < 2:
-            if type(leaf) is NonTensorData:  # one value: no need to scan its (zero-stride) codes
+            if isinstance(leaf, NonTensorData):  # one value: no need to scan its (zero-stride) codes
                 used.add(leaf_origins[0])
             else:
                 used.update(leaf_origins[code] for code in used_codes(codes))
-        if type(leaf) is NonTensorData:  # its one entry's offset, still a zero-stride grid
+        if isinstance(leaf, NonTensorData):  # its one entry's offset, still a zero-stride grid
             codes = torch.full((), len(palette), dtype=torch.long).expand(leaf._batch_size)
         elif palette:
             codes = codes + len(palette)

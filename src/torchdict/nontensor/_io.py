@@ -23,12 +23,17 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
 from .. import nontensor as _core
 from .._meta_json import write_file_atomic
+
+if TYPE_CHECKING:
+    from ._host import NonTensorHost
+else:
+    NonTensorHost = object
 
 __all__ = ["NonTensorPersistenceMixin", "shared_handle"]
 
@@ -51,8 +56,11 @@ def _files_of(leaf: Any, allow_pickle: bool) -> tuple:
 
     from ..saving import _is_plain_json
 
-    if type(leaf) is _core.NonTensorData:
-        meta: dict = {"_type": _DATA_TYPE, "data": leaf._data, "_metadata": None, "_is_non_tensor": True}
+    if isinstance(leaf, _core.NonTensorData):
+        # (a MetaData records its class, as upstream's: "<class 'tensordict.tensorclass.MetaData[str]'>")
+        data_type = _DATA_TYPE if type(leaf) is _core.NonTensorData else _DATA_TYPE.replace(
+            "NonTensorData", type(leaf).__name__)
+        meta: dict = {"_type": data_type, "data": leaf._data, "_metadata": None, "_is_non_tensor": True}
         if _is_plain_json(leaf._data):
             return meta, None, None
         _refuse_pickle(leaf._data, allow_pickle)
@@ -88,7 +96,7 @@ def _save(leaf: Any, prefix: Any, existsok: bool, allow_pickle: bool) -> Optiona
     if not existsok and os.path.lexists(os.path.join(folder, "meta.json")):
         raise RuntimeError(f"The file {os.path.join(folder, 'meta.json')} already exists.")
     os.makedirs(folder, exist_ok=True)
-    stale = _DATA_PICKLE if type(leaf) is _core.NonTensorData else _STACK_PICKLE
+    stale = _DATA_PICKLE if isinstance(leaf, _core.NonTensorData) else _STACK_PICKLE
     if pickled is not None:
         write_file_atomic(folder, pickle_name, pickled)
     write_file_atomic(folder, "meta.json", text)  # last: its presence means the save is complete
@@ -147,7 +155,7 @@ def _load(prefix: Any, device: Any, non_blocking: bool, allow_pickle: bool, kwar
     return result if device is None else result._to_device(device)
 
 
-class NonTensorPersistenceMixin:
+class NonTensorPersistenceMixin(NonTensorHost):
     """``memmap`` / ``memmap_`` / ``memmap_like`` / ``save`` / ``load_memmap`` / ``load`` of a lone leaf."""
 
     # Where a shared leaf's value lives (see torchdict.nontensor._shared); left empty on every other leaf.
@@ -331,7 +339,8 @@ def _save_shared(leaf: Any, prefix: Any, existsok: bool, allow_pickle: bool) -> 
     from ._shared import SharedValue, anonymous_folder
 
     folder = _save(leaf, prefix if prefix is not None else anonymous_folder(), existsok, allow_pickle)
-    shape = None if type(leaf) is _core.NonTensorData else tuple(leaf._batch_size)
+    assert folder is not None  # a folder was given: _save wrote it
+    shape = None if isinstance(leaf, _core.NonTensorData) else tuple(leaf._batch_size)
     return (folder if prefix is not None else _NO_FOLDER), SharedValue(folder, None, allow_pickle, shape)
 
 

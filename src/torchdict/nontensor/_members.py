@@ -11,7 +11,7 @@ can import each other.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -20,7 +20,12 @@ from .._errors import locked_error
 from .._names import check_names, expand_ellipsis
 
 if TYPE_CHECKING:
+    import builtins  # annotations after the class's members named bool, int, float
+
+    from ._host import NonTensorHost
     from ..nontensor import NonTensorData, NonTensorStack
+else:
+    NonTensorHost = object
 
 __all__ = ["NonTensorMembersMixin", "values_over"]
 
@@ -44,6 +49,13 @@ def _container_copy(value: Any) -> Any:
     return value.copy() if type(value) in (list, dict) else value
 
 
+def _refuse_entries(method: str, entries: dict) -> None:
+    """A leaf takes another leaf's value(s), not entries given as keywords (upstream's ``TypeError``)."""
+    if entries:
+        raise TypeError(f"A non-tensor leaf's {method}() takes no entries as keyword arguments (got "
+                        f"{sorted(entries)}): pass another NonTensorData or NonTensorStack.")
+
+
 def values_over(leaf: Any, shape: torch.Size) -> list:
     """The values of ``leaf`` at each element of ``shape`` (broadcast from the left), flat."""
     grid = torch.arange(leaf._batch_size.numel()).view(leaf._batch_size).expand(shape)
@@ -51,7 +63,7 @@ def values_over(leaf: Any, shape: torch.Size) -> list:
     return [values[i] for i in grid.reshape(-1).tolist()]
 
 
-class NonTensorMembersMixin:
+class NonTensorMembersMixin(NonTensorHost):
     """Metadata, locking, the (empty) dict API, moves, updates and comparisons of a non-tensor leaf."""
 
     __slots__ = ()
@@ -221,18 +233,24 @@ class NonTensorMembersMixin:
 
     def get(self, key: Any, default: Any = None) -> Any:
         """``get("data")`` is the value of a ``NonTensorData`` (upstream's field); any other key gives ``default``."""
-        if key == "data" and type(self) is _core.NonTensorData:
+        if key == "data" and isinstance(self, _core.NonTensorData):
             return self._data
         return default
 
     sorted_keys = property(lambda self: [], doc="[]: a leaf has no keys.")
 
-    def select(self, *keys: Any, inplace: bool = False, strict: bool = True, **kwargs: Any) -> Any:
-        """No key to select: a copy (as upstream); a key raises ``KeyError`` (unless ``strict=False``)."""
+    def select(self, *keys: Any, inplace: bool = False, strict: bool = True, as_tensordict: bool = False) -> Any:
+        """No key to select: a copy (as upstream); a key raises ``KeyError`` (unless ``strict=False``).
+        ``as_tensordict=True`` on a ``NonTensorData`` gives, as upstream, an empty TensorDict of its batch
+        size (its fields, with the value's, are none); a stack stays a stack."""
         if keys and strict:
             from .._errors import missing_key_error
 
             raise missing_key_error(keys[0], [])
+        if as_tensordict and isinstance(self, _core.NonTensorData):
+            from ..tensordict import TensorDict
+
+            return TensorDict({}, batch_size=self._batch_size, device=self._device)
         return self if inplace else self._shallow()
 
     def exclude(self, *keys: Any, inplace: bool = False) -> Any:
@@ -265,7 +283,7 @@ class NonTensorMembersMixin:
         dict value but not its items (as upstream)."""
         result = self._shallow()
         convert = _deep_copy if recurse else _container_copy
-        if type(result) is _core.NonTensorData:
+        if isinstance(result, _core.NonTensorData):
             result._data = convert(result._data)
         else:  # each element on its own, as upstream's members are copied one by one
             result._values = [convert(value) for value in result._values]
@@ -299,13 +317,24 @@ class NonTensorMembersMixin:
     def _copy_self(self, *args: Any, **kwargs: Any) -> Any:
         return self._shallow()
 
-    # No tensor to detach, make contiguous or cast: a copy of the wrapper, as upstream's answer.
-    detach = contiguous = _copy_self
-    float = double = half = bfloat16 = int = long = bool = byte = char = short = _copy_self
-    float16 = float32 = float64 = int8 = int16 = int32 = int64 = uint8 = _copy_self
-    complex64 = complex128 = _copy_self
+    def _cast(self, *, cast_filter: Optional[Callable] = None) -> Any:
+        """No tensor to cast (``cast_filter`` has nothing to choose from): a copy of the wrapper, as upstream."""
+        return self._shallow()
 
-    uint16 = uint32 = uint64 = complex32 = _copy_self
+    def contiguous(self, *, canonical: bool = False, inplace: bool = False) -> Any:
+        """Nothing to make contiguous: a stack is returned itself (as upstream), a ``NonTensorData`` is copied
+        unless ``inplace``."""
+        if inplace or type(self) is _core.NonTensorStack:
+            return self
+        return self._shallow()
+
+    # No tensor to detach or cast: a copy of the wrapper, as upstream's answer.
+    detach = _copy_self
+    float = double = half = bfloat16 = int = long = bool = byte = char = short = _cast
+    float16 = float32 = float64 = int8 = int16 = int32 = int64 = uint8 = _cast
+    complex64 = complex128 = _cast
+
+    uint16 = uint32 = uint64 = complex32 = _cast
 
     def detach_(self) -> Any:
         return self
@@ -313,58 +342,69 @@ class NonTensorMembersMixin:
     def pin_memory_(self, *args: Any, **kwargs: Any) -> Any:
         return self
 
-    def zero_grad(self, set_to_none: bool = True) -> Any:
+    def zero_grad(self, set_to_none: builtins.bool = True) -> Any:
         return self
 
-    def type(self, dst_type: Any = None, **kwargs: Any) -> Any:
+    def type(self, dst_type: Any = None, *, cast_filter: Optional[Callable] = None) -> Any:
         return self._shallow()
 
     def pin_memory(self, *args: Any, **kwargs: Any) -> Any:
         return self._shallow()
 
-    def requires_grad_(self, requires_grad: bool = True) -> Any:
+    def requires_grad_(self, requires_grad: builtins.bool = True) -> Any:
         return self
 
     # ------------------------------------------------------------------ updates
-    def update(self, input_dict_or_td: Any = None, clone: bool = False, inplace: bool = False,
-               **kwargs: Any) -> Any:
-        """Take the value(s) of another non-tensor leaf (as upstream); returns self."""
+    def update(self, input_dict_or_td: Any = None, clone: builtins.bool = False, inplace: builtins.bool = False, *,
+               non_blocking: builtins.bool = False, keys_to_update: Any = None, is_leaf: Optional[Callable] = None,
+               update_batch_size: builtins.bool = False, ignore_lock: builtins.bool = False, **kwargs: Any) -> Any:
+        """Take the value(s) of another non-tensor leaf (as upstream); returns self.
+
+        A leaf has no keys, so the keywords that choose keys or leaves (``keys_to_update``, ``is_leaf``)
+        change nothing, nor do ``non_blocking`` and ``update_batch_size``; ``ignore_lock`` does not
+        unlock a leaf (as upstream). Entries given as keywords are refused (``TypeError``)."""
+        _refuse_entries("update", kwargs)
         if input_dict_or_td is None:
             return self
         if not inplace:
             self._refuse_if_locked()
         return self._take(input_dict_or_td, clone)
 
-    def update_(self, input_dict_or_td: Any = None, clone: bool = False, **kwargs: Any) -> Any:
-        """Take the value(s) of another non-tensor leaf in place (allowed on a locked leaf); returns self."""
+    def update_(self, input_dict_or_td: Any = None, clone: builtins.bool = False, *,
+                non_blocking: builtins.bool = False,
+                keys_to_update: Any = None, **kwargs: Any) -> Any:
+        """Take the value(s) of another non-tensor leaf in place (allowed on a locked leaf); returns self.
+        ``non_blocking`` and ``keys_to_update`` change nothing on a leaf (as upstream)."""
+        _refuse_entries("update_", kwargs)
         if input_dict_or_td is None:
             return self
-        if type(self) is _core.NonTensorData and not _core.is_non_tensor(input_dict_or_td):
+        if isinstance(self, _core.NonTensorData) and not _core.is_non_tensor(input_dict_or_td):
             raise RuntimeError(
                 "NonTensorDataBase.copy_ / update_ requires the source to be a NonTensorDataBase object.")
-        if type(self) is _core.NonTensorData and type(input_dict_or_td) is _core.NonTensorStack:
+        if isinstance(self, _core.NonTensorData) and type(input_dict_or_td) is _core.NonTensorStack:
             raise RuntimeError("Cannot update a NonTensorDataBase with a NonTensorStack object.")
         return self._take(input_dict_or_td, clone)
 
-    def copy_(self, src: Any, non_blocking: bool = False) -> Any:
+    def copy_(self, src: Any, non_blocking: builtins.bool = False) -> Any:
+        """``update_(src)`` (upstream names the source ``src`` here, ``tensordict`` on a stack)."""
         return self.update_(src)
 
-    def _take(self, source: Any, clone: bool) -> Any:
+    def _take(self, source: Any, clone: builtins.bool) -> Any:
         from copy import deepcopy
 
         if self._is_shared() and _core.is_non_tensor(source):
-            if type(self) is _core.NonTensorData and type(source) is _core.NonTensorStack:
+            if isinstance(self, _core.NonTensorData) and type(source) is _core.NonTensorStack:
                 raise ValueError(
                     "Cannot update a NonTensorDataBase object with a NonTensorStack. Call "
                     "`non_tensor_data.maybe_to_stack()` before calling update().")
             self._write_shared_leaf(source)  # the value goes to the shared folder, for every process
             return self
-        if type(self) is _core.NonTensorData:
+        if isinstance(self, _core.NonTensorData):
             if type(source) is _core.NonTensorStack:
                 raise ValueError(
                     "Cannot update a NonTensorDataBase object with a NonTensorStack. Call "
                     "`non_tensor_data.maybe_to_stack()` before calling update().")
-            if type(source) is not _core.NonTensorData:
+            if not isinstance(source, _core.NonTensorData):
                 raise RuntimeError(f"Unexpected type {type(source)}")
             self._data = deepcopy(source._data) if clone else source._data
         else:

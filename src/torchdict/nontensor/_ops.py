@@ -7,13 +7,18 @@ the type: upstream answers them with the leaf unchanged, which hides the mistake
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .. import nontensor as _core
 from .._base import BoundCall
 from ._members import values_over
+
+if TYPE_CHECKING:
+    from ._host import NonTensorHost
+else:
+    NonTensorHost = object
 
 __all__ = ["NonTensorOpsMixin", "ARITHMETIC_MEMBERS"]
 
@@ -62,8 +67,8 @@ def _is_collection_like(other: Any) -> bool:
 
 def _compare(self: Any, other: Any, op: Any, fallback: bool) -> Any:
     """``self <op> other`` for ``==`` / ``!=`` (``fallback``: the answer for an unrelated object)."""
-    is_data = type(self) is _core.NonTensorData
-    if type(other) is _core.NonTensorData:
+    is_data = isinstance(self, _core.NonTensorData)
+    if isinstance(other, _core.NonTensorData):
         if not is_data:
             return _compare(other, self, op, fallback)  # upstream reflects the comparison to the data
         return _bool_result(op(self._data, other._data), self._batch_size, self._device)
@@ -118,7 +123,7 @@ def _refused(name: str, shown: str) -> Any:
     return BoundCall(_refuse, shown)
 
 
-class NonTensorOpsMixin:
+class NonTensorOpsMixin(NonTensorHost):
     """``==`` / ``!=`` / ``^`` / ``|``, ``where``, and the arithmetic refused with a ``TypeError``."""
 
     __slots__ = ()
@@ -131,7 +136,7 @@ class NonTensorOpsMixin:
         from .._indexing import same_value
 
         if not _core.is_non_tensor(other) or (
-                type(other) is _core.NonTensorData and type(self) is _core.NonTensorData
+                isinstance(other, _core.NonTensorData) and isinstance(self, _core.NonTensorData)
                 and same_value(self._data, other._data)):
             result = self._shallow()
         else:
@@ -144,7 +149,7 @@ class NonTensorOpsMixin:
             picks = condition.reshape(condition.shape + (1,) * (len(batch) - condition.ndim)).expand(batch)
             mine = self._flat_values()
             values = [a if pick else b for pick, a, b in zip(picks.reshape(-1).tolist(), mine, theirs)]
-            if type(self) is _core.NonTensorData and all(same_value(value, values[0]) for value in values[1:]):
+            if isinstance(self, _core.NonTensorData) and all(same_value(value, values[0]) for value in values[1:]):
                 result = _core.NonTensorData._make(values[0] if values else self._data, batch, self._device,
                                                    self._names)
             else:
@@ -161,14 +166,14 @@ class NonTensorOpsMixin:
 
     def __xor__(self, other: Any) -> Any:
         if _core.is_non_tensor(other):
-            if type(self) is _core.NonTensorData and type(other) is _core.NonTensorData:
+            if isinstance(self, _core.NonTensorData) and isinstance(other, _core.NonTensorData):
                 return _bool_result(self._data ^ other._data, self._batch_size, self._device)
             return _elementwise(self, other, lambda a, b: a ^ b)
         raise TypeError(f"^ is not supported between {type(self).__name__} and {type(other).__name__}.")
 
     def __or__(self, other: Any) -> Any:
         if _core.is_non_tensor(other):
-            if type(self) is _core.NonTensorData and type(other) is _core.NonTensorData:
+            if isinstance(self, _core.NonTensorData) and isinstance(other, _core.NonTensorData):
                 return _bool_result(self._data | other._data, self._batch_size, self._device)
             return _elementwise(self, other, lambda a, b: a | b)
         raise TypeError(f"| is not supported between {type(self).__name__} and {type(other).__name__}.")
@@ -176,7 +181,7 @@ class NonTensorOpsMixin:
     __hash__ = None  # type: ignore[assignment]  # ``==`` compares element by element, as on a tensor
 
     def _first_value(self) -> Any:
-        if type(self) is _core.NonTensorData:
+        if isinstance(self, _core.NonTensorData):
             return self._data
         return self._values[0] if self._values else None
 

@@ -15,11 +15,16 @@ a cat of one value is a ``NonTensorData``, otherwise the stack of the inputs' sl
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import torch
 
 from .. import nontensor as _core
+
+if TYPE_CHECKING:
+    from ._host import NonTensorHost
+else:
+    NonTensorHost = object
 
 __all__ = ["NonTensorShapeMixin", "stack", "cat", "stack_values"]
 
@@ -63,6 +68,7 @@ def _values_of_their_own(method: Callable) -> Callable:
 
     wrapped.__name__ = wrapped.__qualname__ = method.__name__
     wrapped.__doc__ = method.__doc__
+    setattr(wrapped, "__wrapped__", method)  # its signature
     return wrapped
 
 
@@ -79,6 +85,7 @@ def _checked_by_torch(method: Callable) -> Callable:
 
     checked.__name__ = checked.__qualname__ = name
     checked.__doc__ = method.__doc__
+    setattr(checked, "__wrapped__", method)  # its signature
     return checked
 
 
@@ -119,20 +126,20 @@ def _with_out(result: Any, out: Any, verb: str) -> Any:
         return result
     if out._batch_size != result._batch_size:
         raise RuntimeError(f"out.batch_size and {verb} batch size must match.")
-    if type(out) is _core.NonTensorStack or type(result) is _core.NonTensorData:
+    if type(out) is _core.NonTensorStack or isinstance(result, _core.NonTensorData):
         out.update_(result)
         return out
     return result
 
 
-def stack(leaves: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+def stack(input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     """``torch.stack`` of non-tensor leaves: always a ``NonTensorStack`` (as upstream).
 
     >>> from torchdict import NonTensorData
     >>> torch.stack([NonTensorData("a"), NonTensorData("a")]).tolist()
     ['a', 'a']
     """
-    leaves = list(leaves)
+    leaves = list(input)
     if not leaves:
         raise RuntimeError("stack expects a non-empty TensorList")
     first = leaves[0]._batch_size
@@ -144,11 +151,17 @@ def stack(leaves: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
         shape = list(first)
         shape.insert(dim, len(leaves))
         raise RuntimeError(f"Stack dim {dim} is too big for batch size {torch.Size(shape)}.")
-    result = captured_stack(leaves, position)
-    if result is not None:
-        return _with_out(result, out, "stack")
+    from ._metadata import stacked_metadata
+
+    sizes = list(first)
+    sizes.insert(position, len(leaves))
+    one = stacked_metadata(leaves, torch.Size(sizes))  # MetaData holding one object stays one
+    if one is None:
+        one = captured_stack(leaves, position)
+    if one is not None:
+        return _with_out(one, out, "stack")
     result = _core.combine_non_tensor(leaves, lambda grids: torch.stack(grids, position))
-    if type(result) is _core.NonTensorData:  # one value stacked is still a stack
+    if isinstance(result, _core.NonTensorData):  # one value stacked is still a stack
         result = _core.NonTensorStack._from_flat(result._flat_values(), result._batch_size, result._device)
     result._device = _common_device(leaves)
     return _with_out(result, out, "stack")
@@ -163,26 +176,26 @@ def captured_stack(leaves: Sequence[Any], dim: int) -> Any:
     if not _options.CAPTURE_NON_TENSOR_STACK:
         return None
     first = leaves[0]
-    if not all(type(leaf) is _core.NonTensorData and same_value(leaf._data, first._data) for leaf in leaves):
+    if not all(isinstance(leaf, _core.NonTensorData) and same_value(leaf._data, first._data) for leaf in leaves):
         return None
     sizes = list(first._batch_size)
     sizes.insert(dim, len(leaves))
     return _core.NonTensorData._make(first._data, torch.Size(sizes), first._device)
 
 
-def cat(leaves: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+def cat(input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
     """``torch.cat`` of non-tensor leaves: one shared value stays a ``NonTensorData``; otherwise the
     stack of every input's slices along ``dim`` (so each slice of a ``NonTensorData`` reads back as it)."""
     from .._indexing import same_value
 
-    leaves = list(leaves)
+    leaves = list(input)
     if not leaves:
         raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
     first = leaves[0]
     batch = first._batch_size
     if not -len(batch) <= dim < len(batch):
         # Upstream words it as the class of the first input does (its lazy stack cat for a stack).
-        if type(first) is _core.NonTensorData:
+        if isinstance(first, _core.NonTensorData):
             raise RuntimeError(f"dim must index a batch dimension, got dim={dim} and batch_size={batch}")
         if dim >= 0:
             raise RuntimeError(f"dim must be in the range 0 <= dim < len(batch_size), got dim={dim} and "
@@ -191,17 +204,23 @@ def cat(leaves: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
                          f"{len(batch) - 1}], but got {dim})")
     dim %= len(batch)
     others = batch[:dim] + batch[dim + 1:]
-    uniform = type(first) is _core.NonTensorData
+    uniform = isinstance(first, _core.NonTensorData)
     for leaf in leaves:
         shape = leaf._batch_size
         if len(shape) != len(batch) or shape[:dim] + shape[dim + 1:] != others:
             raise RuntimeError(
                 f"Non-tensor batch sizes must match outside the concatenation dimension, got {batch} and {shape}."
             )
-        uniform = uniform and type(leaf) is _core.NonTensorData and same_value(leaf._data, first._data)
-    if uniform:
-        sizes = list(batch)
-        sizes[dim] = sum(leaf._batch_size[dim] for leaf in leaves)
+        uniform = uniform and isinstance(leaf, _core.NonTensorData) and same_value(leaf._data, first._data)
+    from ._metadata import concatenated_metadata
+
+    sizes = list(batch)
+    sizes[dim] = sum(leaf._batch_size[dim] for leaf in leaves)
+    metadata = concatenated_metadata(leaves, torch.Size(sizes))  # MetaData keeps the first one's value
+    result: Any
+    if metadata is not None:
+        result = metadata
+    elif uniform:
         result = _core.NonTensorData._make(first._data, torch.Size(sizes), first._device, first._names)
     else:
         slices = [piece for leaf in leaves for piece in leaf.unbind(dim)]
@@ -228,7 +247,7 @@ def stack_values(values: Sequence[Any], stack_dim: int, device: Optional[torch.d
 
 
 def _refuse_key(leaf: Any, key: Any, verb: str) -> Exception:
-    if type(leaf) is _core.NonTensorData:
+    if isinstance(leaf, _core.NonTensorData):
         return ValueError(
             f"Invalid indexing arguments: {key!r}. A tensorclass is indexed along its batch dimensions; to "
             f"{verb} a field, use the attribute or {'get' if verb == 'read' else 'set'}({key!r}"
@@ -258,36 +277,110 @@ def _check_index(leaf: Any, index: Any) -> None:
         _wrap(leaf)[index]
 
 
-class NonTensorShapeMixin:
+class NonTensorShapeMixin(NonTensorHost):
     """The batch-shape ops, ``leaf[index]``, ``leaf[index] = value`` and the torch functions of a leaf."""
 
     __slots__ = ()
 
-    # Ops whose TensorDict form is the leaf's (the leaf's index grid carries its values).
+    # Ops whose TensorDict form is the leaf's (the leaf's index grid carries its values), with
+    # upstream's parameters.
     permute = _via_tensordict("permute")
     squeeze = _via_tensordict("squeeze")
-    transpose = _via_tensordict("transpose")
-    swapaxes = _via_tensordict("swapaxes")
-    swapdims = _via_tensordict("swapdims")
-    movedim = _checked_by_torch(_via_tensordict("movedim"))
-    moveaxis = _checked_by_torch(_via_tensordict("moveaxis"))
-    split = _via_tensordict("split")
-    tensor_split = _via_tensordict("tensor_split")
-    unbind = _via_tensordict("unbind")
-    chunk = _via_tensordict("chunk")
-    narrow = _via_tensordict("narrow")
-    # Ops that move values between elements: a stack's elements become values of their own (as upstream,
-    # which copies them one by one), so no selection of the result reads back as a stacked value.
-    flip = _values_of_their_own(_via_tensordict("flip"))
-    roll = _values_of_their_own(_via_tensordict("roll"))
-    tile = _values_of_their_own(_via_tensordict("tile"))
-    repeat = _via_tensordict("repeat")
-    repeat_interleave = _via_tensordict("repeat_interleave")
-    gather = _via_tensordict("gather")
-    broadcast_to = _via_tensordict("broadcast_to")
     atleast_1d = _via_tensordict("atleast_1d")
     atleast_2d = _via_tensordict("atleast_2d")
     atleast_3d = _via_tensordict("atleast_3d")
+
+    def _via(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return _unwrap(self, getattr(_wrap(self), name)(*args, **kwargs))
+
+    def transpose(self, dim0: int, dim1: int) -> Any:
+        return self._via("transpose", dim0, dim1)
+
+    def swapaxes(self, axis0: int, axis1: int) -> Any:
+        return self._via("swapaxes", axis0, axis1)
+
+    def swapdims(self, axis0: int, axis1: int) -> Any:
+        return self._via("swapdims", axis0, axis1)
+
+    @_checked_by_torch
+    def movedim(self, source: Any, destination: Any) -> Any:
+        return self._via("movedim", source, destination)
+
+    @_checked_by_torch
+    def moveaxis(self, source: Any, destination: Any) -> Any:
+        return self._via("moveaxis", source, destination)
+
+    def split(self, split_size: Any, dim: int = 0) -> Any:
+        return self._via("split", split_size, dim)
+
+    def tensor_split(self, indices_or_sections: Any, dim: int = 0) -> Any:
+        return self._via("tensor_split", indices_or_sections, dim)
+
+    def unbind(self, dim: int = 0) -> Any:
+        return self._via("unbind", dim)
+
+    def chunk(self, chunks: int, dim: int = 0) -> Any:
+        return self._via("chunk", chunks, dim)
+
+    def narrow(self, dim: int, start: int, length: int) -> Any:
+        return self._via("narrow", dim, start, length)
+
+    def broadcast_to(self, shape: Any) -> Any:
+        return self._via("broadcast_to", shape)
+
+    # Ops that move values between elements: a stack's elements become values of their own (as upstream,
+    # which copies them one by one), so no selection of the result reads back as a stacked value.
+    @_values_of_their_own
+    def flip(self, *dims_args: Any, dims: Any = None) -> Any:
+        return self._via("flip", *dims_args, dims=dims)
+
+    @_values_of_their_own
+    def tile(self, *dims_args: Any, dims: Any = None) -> Any:
+        return self._via("tile", *dims_args, dims=dims)
+
+    def roll(self, shifts: Any, dims: Any = None, *, inplace: bool = False) -> Any:
+        """``TensorDict.roll`` of the batch; ``inplace`` rolls this leaf's own values."""
+        result = self._via("roll", shifts, dims)
+        if type(result) is _core.NonTensorStack:
+            result._origins = None
+        return self._adopt(result) if inplace else result
+
+    # In place, as upstream: a NonTensorData takes the new batch size; a NonTensorStack (a lazy stack
+    # upstream) refuses the ops that change its batch size.
+    def repeat(self, *repeats: Any, inplace: bool = False) -> Any:
+        self._refuse_inplace_on_stack("repeat", inplace)
+        result = self._via("repeat", *repeats)
+        return self._adopt(result) if inplace else result
+
+    def repeat_interleave(self, repeats: Any, dim: Optional[int] = None, *, output_size: Optional[int] = None,
+                          inplace: bool = False) -> Any:
+        self._refuse_inplace_on_stack("repeat_interleave", inplace)
+        result = self._via("repeat_interleave", repeats, dim, output_size=output_size)
+        return self._adopt(result) if inplace else result
+
+    def gather(self, dim: int, index: torch.Tensor, out: Any = None, *, inplace: bool = False) -> Any:
+        """``TensorDict.gather`` of the batch; ``out`` (a non-tensor leaf) takes the result's values."""
+        self._refuse_inplace_on_stack("gather", inplace)
+        result = self._via("gather", dim, index)
+        if out is not None:
+            return out.update_(result)
+        return self._adopt(result) if inplace else result
+
+    def _refuse_inplace_on_stack(self, name: str, inplace: bool) -> None:
+        if inplace and type(self) is _core.NonTensorStack:
+            raise NotImplementedError(f"{name}(inplace=True) is not supported on a NonTensorStack: call "
+                                      f"{name}(inplace=False).")
+
+    def _adopt(self, result: Any) -> Any:
+        """This leaf made ``result`` in place (its batch size and names; a stack's values too); returns self."""
+        if type(self) is _core.NonTensorStack:
+            self._values = result._flat_values()
+            self._origins = None
+            self._rewrite_saved()
+            return self
+        self._batch_size = result._batch_size
+        self._names = result._names
+        return self
 
     def view(self, *shape: Any, size: Any = None, batch_size: Any = None) -> Any:
         """``TensorDict.view`` of the batch; a ``NonTensorStack`` only regroups dims (flattens a run of
@@ -305,8 +398,12 @@ class NonTensorShapeMixin:
         """``TensorDict.reshape`` of the batch (a stack regroups its values where it can, as upstream)."""
         return self._reshaped(_unwrap(self, _wrap(self).reshape(*shape, **kwargs)))
 
-    def flatten(self, start_dim: Optional[int] = 0, end_dim: Optional[int] = -1) -> Any:
-        """``TensorDict.flatten`` of the batch dims ``start_dim..end_dim``, with upstream's checks of them."""
+    def flatten(self, start_dim: Optional[int] = 0, end_dim: Optional[int] = -1, *, inplace: bool = False) -> Any:
+        """``TensorDict.flatten`` of the batch dims ``start_dim..end_dim``, with upstream's checks of them
+        (``inplace``: a NonTensorData takes the new batch size; a NonTensorStack refuses)."""
+        self._refuse_inplace_on_stack("flatten", inplace)
+        if inplace:
+            return self._adopt(self.flatten(start_dim, end_dim))
         ndim = len(self._batch_size)
         if not ndim and start_dim in (None, 0) and end_dim in (None, -1, 0):
             return _unwrap(self, _wrap(self).flatten())  # batch [1], as torch flattens a 0-dim tensor
@@ -327,8 +424,10 @@ class NonTensorShapeMixin:
                              f"but got {end_dim if end >= ndim else start_dim})")
         return self._reshaped(_unwrap(self, _wrap(self).flatten(start, end)))
 
-    def unflatten(self, dim: int, unflattened_size: Sequence[int], **kwargs: Any) -> Any:
-        return self._reshaped(_unwrap(self, _wrap(self).unflatten(dim, unflattened_size)))
+    def unflatten(self, dim: int, unflattened_size: Sequence[int], *, inplace: bool = False) -> Any:
+        self._refuse_inplace_on_stack("unflatten", inplace)
+        result = self._reshaped(_unwrap(self, _wrap(self).unflatten(dim, unflattened_size)))
+        return self._adopt(result) if inplace else result
 
     def _reshaped(self, result: Any) -> Any:
         """``result`` (this leaf over a new shape, as the TensorDict op gives it) with a stack's values
@@ -424,10 +523,10 @@ class NonTensorShapeMixin:
             raise _refuse_key(self, index, "write")
         from .._indexing import same_value
 
-        if type(self) is _core.NonTensorData:
+        if isinstance(self, _core.NonTensorData):
             # Only the same value is accepted: a non-tensor leaf or a number holding it (as upstream,
             # which raises for other raw values; upstream ignores a different number, torchdict refuses it).
-            if type(value) is _core.NonTensorData:
+            if isinstance(value, _core.NonTensorData):
                 value = value._data
             elif type(value) is _core.NonTensorStack:
                 try:
@@ -493,8 +592,20 @@ class NonTensorShapeMixin:
 
     stack = staticmethod(stack)
     cat = staticmethod(cat)
-    lazy_stack = staticmethod(stack)
-    maybe_dense_stack = staticmethod(stack)
+
+    @staticmethod
+    def lazy_stack(input: Sequence[Any], dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
+        """:meth:`LazyStackedTensorDict.lazy_stack` (its keywords): non-tensor leaves give a NonTensorStack."""
+        from ..lazy import LazyStackedTensorDict
+
+        return LazyStackedTensorDict.lazy_stack(input, dim, out=out, **kwargs)
+
+    @staticmethod
+    def maybe_dense_stack(input: Sequence[Any], dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
+        """:func:`torchdict.maybe_dense_stack` (its keywords): non-tensor leaves give a NonTensorStack."""
+        from ..lazy import maybe_dense_stack
+
+        return maybe_dense_stack(input, dim, out=out, **kwargs)
 
 
 _COMBINE: dict = {torch.stack: stack, torch.cat: cat, torch.concat: cat, torch.concatenate: cat}

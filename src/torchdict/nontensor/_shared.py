@@ -297,6 +297,7 @@ class SharedValue:
     def _store_lone(self, value: Any) -> None:
         from ._io import _save
 
+        leaf: _core.NonTensorData | _core.NonTensorStack
         if self.stack_shape is None:
             leaf = _core.NonTensorData._make(value, torch.Size(()), None)
         else:
@@ -332,6 +333,7 @@ def _flatten(data: Any, dims: int) -> list:
 def share_leaf(leaf: Any, handle: SharedValue) -> Any:
     """A new leaf like ``leaf`` (batch size, device, names) whose value is the one ``handle`` points to."""
     install()
+    shared: _core.NonTensorData | _core.NonTensorStack
     if type(leaf) is _core.NonTensorData:
         shared = _core.NonTensorData._make(None, leaf._batch_size, leaf._device, leaf._names)
         del shared._data
@@ -396,6 +398,7 @@ def _rebuild(cls: type, handle: SharedValue, batch_size: torch.Size, device: Any
              locked: bool) -> Any:
     """A shared leaf unpickled in another process: the same folder, read and written from here too."""
     install()
+    leaf: _core.NonTensorData | _core.NonTensorStack
     if cls is _core.NonTensorData:
         leaf = _core.NonTensorData._make(None, batch_size, device, names)
         del leaf._data
@@ -414,7 +417,8 @@ def _deepcopy(self: Any, memo: dict) -> Any:
         return self.clone()  # a copy is not shared (as upstream's): the value now, deep-copied
     import copy
 
-    return copy._reconstruct(self, memo, *object.__reduce_ex__(self, 4))  # what deepcopy does without this hook
+    # What deepcopy does without this hook (copy._reconstruct, which typeshed does not declare).
+    return getattr(copy, "_reconstruct")(self, memo, *object.__reduce_ex__(self, 4))
 
 
 _INSTALLED = False
@@ -426,9 +430,9 @@ def install() -> None:
     if _INSTALLED:
         return
     for cls in (_core.NonTensorData, _core.NonTensorStack):
-        cls.__getattr__ = _shared_getattr  # type: ignore[attr-defined]
-        cls.__reduce_ex__ = _reduce_ex  # type: ignore[method-assign,assignment]
-        cls.__deepcopy__ = _deepcopy  # type: ignore[attr-defined]
+        setattr(cls, "__getattr__", _shared_getattr)
+        setattr(cls, "__reduce_ex__", _reduce_ex)
+        setattr(cls, "__deepcopy__", _deepcopy)
     _INSTALLED = True
 
 

@@ -18,9 +18,14 @@ The machinery lives in private modules: ``_chunks`` (cutting),
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from .._host import TensorDictHost
+else:
+    TensorDictHost = object
 
 __all__ = ["ParallelMixin", "WorkerPool", "WorkerError", "RemoteTraceback"]
 
@@ -34,7 +39,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class ParallelMixin:
+class ParallelMixin(TensorDictHost):
     __slots__ = ()
 
     def map(self, fn: Callable[[Any], Any], dim: int = 0, num_workers: Optional[int] = None, *,

@@ -145,7 +145,7 @@ class _Pickler:
         self.link = link
         self.buffer = io.BytesIO()
         self.pickler = ForkingPickler(self.buffer, pickle.HIGHEST_PROTOCOL)
-        self.pickler.persistent_id = self.persistent_id  # type: ignore[method-assign]
+        setattr(self.pickler, "persistent_id", self.persistent_id)
         self.fds: list = []
         self.slots: dict = {}  # storage data_ptr -> index in fds
         # The storages must live until their descriptors are sent.
@@ -207,8 +207,8 @@ class _Unpickler(pickle.Unpickler):
             storage = self.storages.get(slot)
             if storage is None:
                 fd = self.fds[slot]
-                storage = self.storages[slot] = torch.UntypedStorage._new_shared_fd_cpu(  # type: ignore[attr-defined]
-                    fd, os.fstat(fd).st_size)
+                new_shared = getattr(torch.UntypedStorage, "_new_shared_fd_cpu")  # not in torch's stubs
+                storage = self.storages[slot] = new_shared(fd, os.fstat(fd).st_size)
             tensor = torch.empty(0, dtype=dtype).set_(storage, offset, shape, stride)
         else:
             _, slot, segment_id, nbytes, dtype, shape, requires_grad = pid

@@ -62,7 +62,12 @@ def fetch_trees(connection: Connection, links: Sequence[Link], fresh: bool = Fal
         read = {id(link): link.remember(_schema.parse_tree(raw)) for link, raw in zip(wanted, connection.run(run))}
     else:
         read = {}
-    return [read[id(link)] if id(link) in read else link.tree for link in links]
+    trees = []
+    for link in links:
+        tree = read[id(link)] if id(link) in read else link.tree
+        assert tree is not None  # a link without its tree was read above
+        trees.append(tree)
+    return trees
 
 
 # ---------------------------------------------------------------------- reads
@@ -75,7 +80,7 @@ def read_entries(connection: Connection, requests: Sequence[Tuple[Link, Path]]) 
             pipe.get(link.data_key(field))
 
     replies = connection.transaction(build)
-    results = []
+    results: List[Tuple[Optional[dict], Any]] = []
     for position in range(len(requests)):
         raw, data = replies[2 * position], replies[2 * position + 1]
         results.append((None, None) if raw is None else (_schema.decode_meta(raw), data))

@@ -203,8 +203,8 @@ class LazyStackedTensorDictStore(TensorDictBase):
             found: List[Any] = []
             listings = [dict(children(tree, path + relative)) for tree, path in zip(trees, paths)]
             for key, meta in children(trees[0], paths[0] + relative):
-                metas = [listing.get(key) for listing in listings]
-                if any(other is None for other in metas):
+                metas = [listing[key] for listing in listings if key in listing]
+                if len(metas) != len(listings):  # a member lacks it
                     continue
                 is_node = [other["kind"] == NODE for other in metas]
                 if any(is_node) and not all(is_node):
@@ -245,16 +245,18 @@ class LazyStackedTensorDictStore(TensorDictBase):
 
         requests = [(member._link, member._path + keys) for member in self._members]
         read = read_entries(self._connection, requests)
-        if any(meta is None for meta, _ in read):
+        entries = [(meta, data) for meta, data in read if meta is not None]
+        if len(entries) != len(read):
             return default
-        kinds = {meta["kind"] for meta, _ in read}
+        kinds = {meta["kind"] for meta, _ in entries}
         if kinds == {NODE}:
             views = [member._view(member._path + keys, torch.Size(meta["batch_size"]))
-                     for member, (meta, _) in zip(self._members, read)]
+                     for member, (meta, _) in zip(self._members, entries)]
             return self._view(views, self._path + keys)
         if NODE in kinds:
             return default
-        values = [member._value(member._path + keys, meta, data) for member, (meta, data) in zip(self._members, read)]
+        values = [member._value(member._path + keys, meta, data)
+                  for member, (meta, data) in zip(self._members, entries)]
         pieces = [TensorDict({keys[-1]: value}, batch_size=member.batch_size, device=self._device)
                   for member, value in zip(self._members, values)]
         return lazy_stack(pieces, self._stack_dim).get(keys[-1])
@@ -406,6 +408,7 @@ class LazyStackedTensorDictStore(TensorDictBase):
         inner = self._members[0].batch_size
         claim_root(link, _lazy_root_meta(len(self._members), self._stack_dim, inner, self._device,
                                          connection.backend), "clone")
+        assert link.root_raw is not None  # claim_root wrote it
         opened = LazyStackedTensorDictStore._open(link, _schema.decode_meta(link.root_raw), self._device,
                                                   self._prefix, td_id)
         opened._assign_members(self._dense().tensordicts)

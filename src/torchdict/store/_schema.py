@@ -152,7 +152,7 @@ def check_tensor(tensor: torch.Tensor, key: Any) -> None:
 def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     """The tensor's values as C-ordered little-endian bytes (a view when it is contiguous on the CPU)."""
     flat = tensor.detach().resolve_conj().resolve_neg().to("cpu").contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy())
+    return flat.view(torch.uint8).numpy().data  # the array's buffer, viewed
 
 
 def tensor_from_bytes(data: Any, dtype: torch.dtype, shape: List[int]) -> torch.Tensor:

@@ -40,13 +40,16 @@ import torch
 
 from .._saved_classes import register_saved_class
 from ._delegation import TensorDictMethods, install_delegates
+from ._formats import FormatReadersMixin
 from ._delegation import _rebuild  # noqa: F401 - pickles written before the split name it here
 from ._fields import (OPTION_NAMES, TD_STATE, declare_fields, install_fields, is_tensorclass_type,
                                   make_init, no_field_error, set_field, set_instance_dict, set_td)
 from ._indexing import install_getitem
 from ..tensordict import TensorDict
 
-if sys.version_info >= (3, 11):
+if TYPE_CHECKING:  # the minimum Python (3.10) takes it from typing_extensions
+    from typing_extensions import dataclass_transform
+elif sys.version_info >= (3, 11):
     from typing import dataclass_transform
 else:  # pragma: no cover - exercised on 3.10 only
     try:
@@ -77,7 +80,7 @@ else:
 
 
 @dataclass_transform()
-class TensorClass(_Base):
+class TensorClass(FormatReadersMixin, _Base):
     """Base class alternative to ``@tensorclass``: fields come from the annotations.
 
     Options go in as class keywords or by subscription: ``class D(TensorClass, nocast=True)``
@@ -172,7 +175,8 @@ class TensorClass(_Base):
     def batch_size(self, value: Any) -> None:
         self._tensordict.batch_size = value
 
-    shape = property(batch_size.fget, doc="The batch size (read-only alias).")
+    # batch_size's own getter (no second property call); mypy sees a property with a setter as overloaded.
+    shape = property(batch_size.fget, doc="The batch size (read-only alias).")  # type: ignore[attr-defined]
 
     @property
     def device(self) -> Optional[torch.device]:
@@ -231,7 +235,7 @@ def _reserved_names() -> frozenset:
 _NEVER_SHADOWED = frozenset({"_tensordict", "batch_size", "device", "names", "shape"})
 
 
-def _check_field_names(cls: type, names: list) -> None:
+def _check_field_names(cls: type[TensorDictMethods], names: list) -> None:
     reserved = _NEVER_SHADOWED if cls._tc_options["shadow"] else _reserved_names()
     for name in names:
         if name in reserved or name.startswith("_tc_"):
@@ -243,7 +247,7 @@ def _check_field_names(cls: type, names: list) -> None:
             )
 
 
-def _check_tensor_only(cls: type) -> None:
+def _check_tensor_only(cls: type[TensorDictMethods]) -> None:
     """``tensor_only``: every field annotated with a tensor or collection type (``Optional`` of one allowed)."""
     if not cls._tc_options["tensor_only"]:
         return
@@ -252,7 +256,7 @@ def _check_tensor_only(cls: type) -> None:
             raise TypeError("tensor_only requires types to be Tensor, Tensor-subtypes or None.")
 
 
-def _build_class(cls: type) -> None:
+def _build_class(cls: type[TensorDictMethods]) -> None:
     """Turn an annotated subclass of TensorClass into a tensorclass (fields, accessors, __init__)."""
     fields = declare_fields(cls)
     _check_field_names(cls, [field.name for field in fields])
@@ -278,7 +282,7 @@ def _fix_class_cells(namespace: dict, old: type, new: type) -> None:
         functions = [value.fget, value.fset, value.fdel] if isinstance(value, property) else [value]
         for function in functions:
             closure = getattr(function, "__closure__", None)
-            if not closure:
+            if not closure or function is None:
                 continue
             for cell_name, cell in zip(function.__code__.co_freevars, closure):
                 if cell_name == "__class__" and cell.cell_contents is old:
@@ -341,7 +345,7 @@ def tensorclass(cls: Any = None, /, *, autocast: bool = False, frozen: bool = Fa
             for spec in user_cls._tc_fields.values():
                 spec.apply_options()
             if getattr(user_cls.__dict__.get("__init__"), "_tc_generated", False):
-                user_cls.__init__ = make_init(user_cls, list(user_cls._tc_fields.values()))
+                setattr(user_cls, "__init__", make_init(user_cls, list(user_cls._tc_fields.values())))
             install_getitem(user_cls, TD_STATE)  # frozen now: the general path, which locks
             return user_cls
         skipped = {"__dict__", "__weakref__"}
@@ -352,7 +356,8 @@ def tensorclass(cls: Any = None, /, *, autocast: bool = False, frozen: bool = Fa
         bases = tuple(base for base in user_cls.__bases__ if base is not object) + (TensorClass,)
         if cast_filter is not None:
             chosen["cast_filter"] = cast_filter
-        new_cls = type(user_cls)(user_cls.__name__, bases, namespace, **chosen)
+        metaclass: Callable[..., type] = type(user_cls)  # the user class's metaclass builds the new one
+        new_cls = metaclass(user_cls.__name__, bases, namespace, **chosen)
         _fix_class_cells(namespace, user_cls, new_cls)
         return new_cls
 

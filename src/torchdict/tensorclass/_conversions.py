@@ -12,7 +12,7 @@ import numbers
 import typing
 import weakref
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
@@ -22,6 +22,9 @@ from .._indexing import warn_user
 from ._fields import _resolve_annotations, is_tensorclass_type
 from ..nontensor import NonTensorData
 from ..tensordict import TensorDict
+
+if TYPE_CHECKING:
+    from ._delegation import TensorDictMethods
 
 _Size = torch.Size
 
@@ -41,7 +44,7 @@ def _annotated_tensorclass(annotation: Any) -> Optional[type]:
     return annotation if isinstance(annotation, type) and is_tensorclass_type(annotation) else None
 
 
-def _nested_classes(cls: type) -> dict:
+def _nested_classes(cls: type[TensorDictMethods]) -> dict:
     classes = _NESTED_CLASSES.get(cls)
     if classes is None:
         hints = _resolve_annotations(cls)
@@ -96,7 +99,7 @@ def _declares_default(spec: Any) -> bool:
     return spec.factory is not dataclasses.MISSING or (default is not dataclasses.MISSING and default is not None)
 
 
-def warn_defaults_not_filled(cls: type, given: set) -> None:
+def warn_defaults_not_filled(cls: type[TensorDictMethods], given: set) -> None:
     # Upstream 0.15 sets a missing field to None even when it declares a default, and warns
     # that 0.17 will fill the default instead; torchdict does the same, with the same warning.
     skipped = [name for name, spec in cls._tc_fields.items()

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import torch
 
@@ -56,7 +56,7 @@ _UNARY_OPERATORS = ("__neg__", "__pos__", "__abs__", "__invert__", "__bool__", "
 
 
 # ---------------------------------------------------------------------------- errors
-def _keys_error(cls: type, extra: set) -> ValueError:
+def _keys_error(cls: type[TensorDictMethods], extra: set) -> ValueError:
     return ValueError(
         f"Keys from the tensordict ({extra}) must correspond to the class attributes "
         f"({set(cls._tc_field_names)}); {cls.__name__} has no field named {sorted(extra)}."
@@ -113,7 +113,7 @@ def _collect_tensorclasses(items: Any, found: dict) -> None:
             _collect_tensorclasses(item, found)
 
 
-def _rebuild(cls: type, td: TensorDict) -> Any:
+def _rebuild(cls: type[TensorDictMethods], td: TensorDict) -> Any:
     """Unpickle a tensorclass instance (``__reduce__`` names this function)."""
     return cls._from_tensordict_unchecked(td)
 
@@ -146,6 +146,7 @@ def _delegate(name: str) -> Any:
 _CASTS_WITH_FILTER = frozenset({
     "float", "double", "half", "bfloat16", "int", "long", "short", "bool", "float16", "float32", "float64", "int8",
     "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128", "complex32", "type",
+    "to",  # to(dtype) (ignored without a dtype, as upstream)
 })
 
 
@@ -211,7 +212,7 @@ class TensorDictMethods(FieldStorage):
         if self._tc_frozen:
             td._lock_tree()
         if post_init and self._tc_rebuild_post_init:
-            new.__post_init__()
+            getattr(new, "__post_init__")()  # the user's hook: the flag (or hasattr) says the class has one
         return new
 
     @classmethod
@@ -221,7 +222,7 @@ class TensorDictMethods(FieldStorage):
         set_instance_dict(new, td._tensordict)
         guard_all(new)
         if hasattr(cls, "__post_init__"):  # an instance from new data (from_tensordict, loading): always
-            new.__post_init__()
+            getattr(new, "__post_init__")()  # the user's hook: the flag (or hasattr) says the class has one
         return new
 
     # ------------------------------------------------------------------ indexing
@@ -253,7 +254,7 @@ class TensorDictMethods(FieldStorage):
                 if self._tc_frozen:
                     result._lock_tree()
             if self._tc_rebuild_post_init:
-                new.__post_init__()
+                getattr(new, "__post_init__")()  # the user's hook: the flag (or hasattr) says the class has one
             return new
         # Any other batch index goes straight to the batch indexing (a str is never a batch index).
         if index_type is str or (index_type is tuple and index and type(index[0]) is str):
@@ -268,10 +269,10 @@ class TensorDictMethods(FieldStorage):
         if self._tc_frozen:
             result._lock_tree()
         if self._tc_rebuild_post_init:
-            new.__post_init__()
+            getattr(new, "__post_init__")()  # the user's hook: the flag (or hasattr) says the class has one
         return new
 
-    __getitem__._tc_general = True  # type: ignore[attr-defined]
+    setattr(__getitem__, "_tc_general", True)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if _is_key_index(index):
@@ -297,8 +298,10 @@ class TensorDictMethods(FieldStorage):
         value = self._tensordict.get(key, *default)
         return value.data if type(value) in NON_TENSOR else value
 
-    def set(self, key: Any, value: Any, inplace: bool = False, **kwargs: Any) -> "Self":
-        """Write a field (or a nested entry under a field); returns self."""
+    def set(self, key: Any, value: Any, inplace: bool = False, non_blocking: bool = False, **kwargs: Any) -> "Self":
+        """Write a field (or a nested entry under a field); returns self (``non_blocking`` goes to the copy)."""
+        if non_blocking:
+            kwargs["non_blocking"] = non_blocking
         keys = key_to_tuple(key)
         spec = type(self)._tc_fields.get(keys[0])
         if spec is None:
@@ -312,11 +315,15 @@ class TensorDictMethods(FieldStorage):
             setattr(self, keys[0], value)
         return self
 
-    def update(self, source: Any = None, *args: Any, **kwargs: Any) -> "Self":
-        """Merge entries in (every top-level key must be a field); returns self."""
-        source = unwrap(source)
+    def update(self, input_dict_or_td: Any = None, clone: bool = False, inplace: bool = False, *,
+               keys_to_update: Optional[Sequence[Any]] = None, non_blocking: bool = False,
+               update_batch_size: bool = False, ignore_lock: bool = False, is_leaf: Optional[Callable] = None,
+               **kwargs: Any) -> "Self":
+        """Merge entries in (every top-level key must be a field), with ``TensorDict.update``'s options;
+        returns self."""
+        source = unwrap(input_dict_or_td)
         if isinstance(source, TensorCollection):
-            top_keys = set(source._tensordict)
+            top_keys = set(source.keys())  # any collection: a TensorDict, a lazy stack, a file-backed one
         elif isinstance(source, Mapping):
             top_keys = {key_to_tuple(key)[0] for key in source}
         else:
@@ -324,14 +331,20 @@ class TensorDictMethods(FieldStorage):
         extra = top_keys - type(self)._tc_field_set
         if extra:
             raise _keys_error(type(self), extra)
-        self._tensordict.update(source, *args, **kwargs)
+        self._tensordict.update(source, clone, inplace, keys_to_update=keys_to_update, non_blocking=non_blocking,
+                                update_batch_size=update_batch_size, ignore_lock=ignore_lock, is_leaf=is_leaf,
+                                **kwargs)
         guard_all(self)
         return self
 
     # ------------------------------------------------------------------ conversions
     @classmethod
-    def from_tensordict(cls, tensordict: TensorDict, non_tensordict: Optional[dict] = None) -> "Self":
+    def from_tensordict(cls, tensordict: TensorDict, non_tensordict: Optional[dict] = None,
+                        safe: Optional[bool] = None) -> "Self":
         """Wrap ``tensordict`` (leaves shared, not copied) in this class; its keys must be fields.
+
+        ``safe`` is deprecated (a ``DeprecationWarning``, as upstream): anything but a collection is refused
+        (``RuntimeError``) whatever it says.
 
         An entry of a field annotated with a tensorclass (or ``Optional`` of one) that is a
         TensorDict whose keys are all fields of that class becomes an instance of it, at every
@@ -345,6 +358,13 @@ class TensorDictMethods(FieldStorage):
         >>> P.from_tensordict(TensorDict(x=torch.zeros(3), batch_size=[3])).x.shape
         torch.Size([3])
         """
+        if safe is not None:
+            import warnings
+
+            warnings.warn("TensorClass.from_tensordict(safe=...) is deprecated and will be removed in "
+                          "TensorDict 0.17 (a non-collection is always refused).", DeprecationWarning, stacklevel=2)
+        if not isinstance(tensordict, TensorCollection):
+            raise RuntimeError(f"Expected a TensorDictBase instance but got {type(tensordict)}")
         tensordict = unwrap(tensordict)
         extra = set(tensordict._tensordict) - cls._tc_field_set
         if extra:
@@ -406,7 +426,7 @@ class TensorDictMethods(FieldStorage):
             fill_none_fields(self, result, set_none_entry)
         return result
 
-    def to_dict(self, *, retain_none: bool = True, convert_tensors: bool = False) -> dict:
+    def to_dict(self, *, retain_none: bool = True, convert_tensors: Union[bool, str] = False) -> dict:
         """The fields as a nested plain dict (nested tensorclasses as dicts, non-tensor values raw).
 
         ``None`` fields are included as ``None`` (after the stored fields, in declaration
@@ -508,39 +528,34 @@ class TensorDictMethods(FieldStorage):
         return self._rewrap(copy.deepcopy(self._tensordict, memo))
 
     if TYPE_CHECKING:
-        # Delegated TensorDict methods, as type checkers should see them.
-        def reshape(self, *shape: Any) -> Self: ...
-        def view(self, *shape: Any) -> Self: ...
+        # Delegated TensorDict methods whose result is rewrapped in the tensorclass, as type checkers should
+        # see them: TensorDict's signatures (see _collection_api.py, which declares the rest), returning Self.
+        def reshape(self, *shape: Any, **kwargs: Any) -> Self: ...
+        def view(self, *shape: Any, size: Any = None, batch_size: Any = None) -> Self: ...
         def permute(self, *dims: Any) -> Self: ...
         def transpose(self, dim0: int, dim1: int) -> Self: ...
         def squeeze(self, dim: Optional[int] = None) -> Self: ...
         def unsqueeze(self, dim: int) -> Self: ...
         def expand(self, *shape: Any) -> Self: ...
-        def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Self: ...
-        def unflatten(self, dim: int, unflattened_size: Any) -> Self: ...
+        def flatten(self, start_dim: int = 0, end_dim: int = -1, *, inplace: bool = False) -> Self: ...
+        def unflatten(self, dim: int, unflattened_size: Sequence[int], *, inplace: bool = False) -> Self: ...
         def unbind(self, dim: int = 0) -> tuple[Self, ...]: ...
         def split(self, split_size: Any, dim: int = 0) -> tuple[Self, ...]: ...
         def chunk(self, chunks: int, dim: int = 0) -> tuple[Self, ...]: ...
         def to(self, *args: Any, **kwargs: Any) -> Self: ...
-        def cpu(self) -> Self: ...
-        def cuda(self, device: Any = None) -> Self: ...
-        def clone(self, recurse: bool = True) -> Self: ...
+        def cpu(self, **kwargs: Any) -> Self: ...
+        def cuda(self, device: Any = None, **kwargs: Any) -> Self: ...
+        def clone(self, recurse: bool = True, **kwargs: Any) -> Self: ...
         def detach(self) -> Self: ...
-        def contiguous(self) -> Self: ...
+        def contiguous(self, *, canonical: bool = False, inplace: bool = False) -> Self: ...
         def apply(self, fn: Callable, *others: Any, **kwargs: Any) -> Self: ...
         def apply_(self, fn: Callable, *others: Any, **kwargs: Any) -> Self: ...
-        def select(self, *keys: Any, inplace: bool = False, strict: bool = True) -> Self: ...
+        def select(self, *keys: Any, inplace: bool = False, strict: bool = True,
+                   as_tensordict: bool = False) -> Self: ...
         def exclude(self, *keys: Any, inplace: bool = False) -> Self: ...
         def copy(self) -> Self: ...
-        def keys(self, include_nested: bool = False, leaves_only: bool = False) -> Any: ...
-        def values(self, include_nested: bool = False, leaves_only: bool = False) -> Any: ...
-        def items(self, include_nested: bool = False, leaves_only: bool = False) -> Any: ...
-        def zero_(self) -> Self: ...
         def lock_(self) -> Self: ...
         def unlock_(self) -> Self: ...
-        def numel(self) -> int: ...
-        def dim(self) -> int: ...
-        def __len__(self) -> int: ...
         def __eq__(self, other: object) -> Self: ...  # type: ignore[override]
         def __ne__(self, other: object) -> Self: ...  # type: ignore[override]
         def __add__(self, other: Any) -> Self: ...

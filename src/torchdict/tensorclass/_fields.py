@@ -27,7 +27,7 @@ import dataclasses
 import sys
 import typing
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 import torch
 
@@ -38,6 +38,12 @@ from ._generated import exec_generated
 from ._indexing import install_getitem
 from ..nontensor import NonTensorData, NonTensorStack
 from ..tensordict import TensorDict
+
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
+    from . import TensorClass
+    from ._delegation import TensorDictMethods
 
 _Tensor = torch.Tensor
 _Size = torch.Size
@@ -65,8 +71,16 @@ class FieldStorage(TensorCollection):
     _tc_options = dict.fromkeys(OPTION_NAMES, False)  # type: dict
     _tc_is_template = True
     _tc_frozen = False
-    _tc_cast_filter = None  # the class's default ``cast_filter`` of the dtype casts (an option)
+    _tc_cast_filter = None  # type: Optional[Callable]  # the class's default ``cast_filter`` of the dtype casts
     _tc_rebuild_post_init = False  # __post_init__ runs on rebuilds (indexing, clone, ...): see tensorclass.py
+
+    if TYPE_CHECKING:
+        # The TensorDict, or ``(batch_size, device)`` until it is first needed; read with ``type(td) is tuple``
+        # tests (the fastest), which mypy does not narrow in their else branch: hence Any.
+        _td: Any
+
+        @property
+        def _tensordict(self) -> TensorDict: ...  # TensorClass's: the TensorDict holding the fields
 
 
 TD_STATE = FieldStorage.__dict__["_td"]  # the descriptor of the instances' _td slot
@@ -75,7 +89,7 @@ set_td = descriptor_setter(TD_STATE)
 set_instance_dict = descriptor_setter(FieldStorage.__dict__["__dict__"])
 
 
-def is_tensorclass_type(cls: type) -> bool:
+def is_tensorclass_type(cls: type) -> TypeGuard[type[TensorClass]]:
     """True for a built tensorclass (not the ``TensorClass`` base nor an options template)."""
     return issubclass(cls, FieldStorage) and not cls._tc_is_template
 
@@ -99,7 +113,7 @@ class FieldSpec:
     __slots__ = ("name", "owner", "default", "factory", "annotation", "tensor_like", "cast_to", "raw_default",
                  "kw_only", "plain_tensor_ok")
 
-    def __init__(self, field: dataclasses.Field, annotation: Any, owner: type) -> None:
+    def __init__(self, field: dataclasses.Field, annotation: Any, owner: type[TensorDictMethods]) -> None:
         self.name = field.name
         self.owner = owner
         self.default = field.default
@@ -143,7 +157,7 @@ def _is_tensor_like(annotation: Any) -> bool:
     return False
 
 
-def _cast_target(annotation: Any) -> Optional[type]:
+def _cast_target(annotation: Any) -> Optional[type[Any]]:
     """The class ``autocast`` converts a value to, or None when the annotation names none."""
     if isinstance(annotation, type):
         return None if annotation is object else annotation
@@ -263,7 +277,7 @@ class _ValueField:
         instance.__delattr__(self.name)
 
 
-def _guard_field(cls: type, name: str) -> None:
+def _guard_field(cls: type[TensorDictMethods], name: str) -> None:
     """A tensor-typed field received a non-tensor value: reads must now unwrap it."""
     if not isinstance(cls.__dict__.get(name), _ValueField):
         setattr(cls, name, _ValueField(name))
@@ -277,7 +291,7 @@ def guard_all(instance: Any) -> None:
             _guard_field(spec.owner, spec.name)
 
 
-def no_field_error(cls: type, name: str) -> AttributeError:
+def no_field_error(cls: type[TensorDictMethods], name: str) -> AttributeError:
     return AttributeError(
         f"Cannot set the attribute {name!r}: {cls.__name__} has no such field. "
         f"Its fields are {sorted(cls._tc_field_names)}."
@@ -301,7 +315,7 @@ def declare_fields(cls: type) -> tuple:
     return dataclasses.fields(cls)
 
 
-def install_fields(cls: type, fields: tuple) -> None:
+def install_fields(cls: type[TensorDictMethods], fields: tuple) -> None:
     """Record the field specs of ``cls``, give it its accessors and its ``__init__``."""
     hints = _resolve_annotations(cls)
     specs = [FieldSpec(field, hints.get(field.name, field.type), cls) for field in fields]
@@ -318,10 +332,10 @@ def install_fields(cls: type, fields: tuple) -> None:
     install_getitem(cls, TD_STATE)
     previous_init = cls.__dict__.get("__init__")
     if previous_init is None or getattr(previous_init, "_tc_generated", False):
-        cls.__init__ = make_init(cls, specs)
+        setattr(cls, "__init__", make_init(cls, specs))
         front_tensorclass_slots(cls)
     elif not hasattr(previous_init, "_tc_wrapped"):
-        cls.__init__ = _wrap_user_init(previous_init)
+        setattr(cls, "__init__", _wrap_user_init(previous_init))
 
 
 # ---------------------------------------------------------------------------- __init__
@@ -343,7 +357,7 @@ def _build_storage(specs: list, values: tuple, batch_size: _Size, device: Any) -
     return storage
 
 
-def make_init(cls: type, specs: list) -> Callable:
+def make_init(cls: type[TensorDictMethods], specs: list) -> Callable:
     """Generate ``__init__`` (as dataclasses do) with inlined fast paths.
 
     When every field is a plain ``torch.Tensor`` whose leading dims match (and no
@@ -439,7 +453,7 @@ def make_init(cls: type, specs: list) -> Callable:
     return init
 
 
-def _init_epilogue(cls: type, this: str, indent: str) -> list:
+def _init_epilogue(cls: type[TensorDictMethods], this: str, indent: str) -> list:
     """The generated ``__init__``'s last lines: ``__post_init__`` and the lock of a frozen class."""
     lines = []
     if hasattr(cls, "__post_init__"):
@@ -461,5 +475,5 @@ def _wrap_user_init(user_init: Callable) -> Callable:
         set_instance_dict(self, td._tensordict)
         user_init(self, *args, **kwargs)
 
-    __init__._tc_wrapped = user_init  # type: ignore[attr-defined]
+    setattr(__init__, "_tc_wrapped", user_init)
     return __init__

@@ -14,7 +14,7 @@ built), so that the general path words the error.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
@@ -22,6 +22,9 @@ from .._accel import C_HELPER, descriptor_setter, field_indexer, FieldIndexer, f
 from .._convert import tensor_len
 from ._generated import exec_generated
 from .._indexing import NO_BATCH
+
+if TYPE_CHECKING:
+    from ._delegation import TensorDictMethods
 
 _MARK = "_tc_generated"
 
@@ -96,7 +99,7 @@ def _inherited_getitem(cls: type) -> Optional[Callable]:
     return None
 
 
-def install_getitem(cls: type, state: Any) -> None:
+def install_getitem(cls: type[TensorDictMethods], state: Any) -> None:
     """Give ``cls`` its generated ``__getitem__`` (or take it away when it no longer applies).
 
     A ``__getitem__`` written by the user, on the class or on a base, is kept. A frozen class
@@ -107,9 +110,10 @@ def install_getitem(cls: type, state: Any) -> None:
         return
     general = _inherited_getitem(cls)
     names = cls._tc_field_names
-    if getattr(general, "_tc_general", False) and names and not cls._tc_options["frozen"] and \
+    if general is not None and getattr(general, "_tc_general", False) and names and \
+            not cls._tc_options["frozen"] and \
             not getattr(cls, "_tc_rebuild_post_init", False):  # __post_init__ on rebuilds: the general path
-        cls.__getitem__ = make_getitem(cls, names, general, state)
+        setattr(cls, "__getitem__", make_getitem(cls, names, general, state))
     elif own is not None:
-        del cls.__getitem__
+        delattr(cls, "__getitem__")
     front_tensorclass_slots(cls)  # an assignment above gave the slots back to CPython

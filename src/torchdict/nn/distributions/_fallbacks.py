@@ -7,7 +7,7 @@ support, with a warning (done by the callers, which word it).
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import distributions as D
@@ -17,6 +17,9 @@ from .._modes import InteractionType
 from .continuous import Delta
 from .discrete import OneHotCategorical
 from .truncated_normal import TruncatedNormal, TruncatedStandardNormal
+
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _logistic_normal_point(dist: D.LogisticNormal) -> torch.Tensor:
@@ -28,7 +31,7 @@ def _logistic_normal_point(dist: D.LogisticNormal) -> torch.Tensor:
 
 
 def _relaxed_bernoulli_point(dist: D.RelaxedBernoulli) -> torch.Tensor:
-    return D.Bernoulli.mode.fget(dist)
+    return vars(D.Bernoulli)["mode"].fget(dist)  # Bernoulli's own property, read on the relaxed one
 
 
 def _relaxed_one_hot_point(dist: D.RelaxedOneHotCategorical) -> torch.Tensor:
@@ -38,7 +41,7 @@ def _relaxed_one_hot_point(dist: D.RelaxedOneHotCategorical) -> torch.Tensor:
 
 # torch classes that upstream tensordict gives a ``deterministic_sample`` attribute (by patching torch);
 # torchdict computes the same value here instead of changing torch's classes.
-_BUILTIN_POINTS: dict[type, Callable[[D.Distribution], torch.Tensor]] = {
+_BUILTIN_POINTS: dict[type, Callable[[Any], torch.Tensor]] = {  # each takes its class's instances
     D.LogisticNormal: _logistic_normal_point,
     D.RelaxedBernoulli: _relaxed_bernoulli_point,
     D.RelaxedOneHotCategorical: _relaxed_one_hot_point,
@@ -86,7 +89,7 @@ DETERMINISTIC_REGISTER.update(
 def registered_type(dist: D.Distribution) -> InteractionType | None:
     """The registered stand-in for ``dist``'s class (the base class for an `Independent`), or ``None``."""
     cls = type(dist)
-    if issubclass(cls, D.Independent):
+    if isinstance(dist, D.Independent):
         cls = type(dist.base_dist)
     return DETERMINISTIC_REGISTER.get(cls)
 

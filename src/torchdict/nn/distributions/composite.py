@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
-from typing import Any, Dict, Iterator
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional
 
 import torch
 from torch import distributions as d
@@ -86,6 +86,11 @@ class CompositeDistribution(d.Distribution, Mapping):
         >>> sorted(dist.log_prob(sample).keys(True, True), key=str)
         [('nested', 'disc_log_prob'), 'cont_log_prob']
     """
+
+    # Its values, scores and entropies are TensorDicts where torch's Distribution has tensors (as upstream's
+    # composite): the overrides below say so, against Distribution's signatures.
+    if TYPE_CHECKING:
+        aggregate_probabilities: Optional[bool]  # set by from_distributions only, as upstream
 
     def __init__(
         self,
@@ -170,22 +175,22 @@ class CompositeDistribution(d.Distribution, Mapping):
 
     # --- values ---------------------------------------------------------------------------------------
 
-    def sample(self, shape: Any = None) -> TensorDict:
+    def sample(self, shape: Any = None) -> TensorDict:  # type: ignore[override]
         """A TensorDict of draws, batch size ``shape + batch_shape``."""
         shape = torch.Size(shape) if shape is not None else torch.Size()
         return self._as_tensordict({key: dist.sample(shape) for key, dist in self.dists.items()}, shape)
 
-    def rsample(self, shape: Any = None) -> TensorDict:
+    def rsample(self, shape: Any = None) -> TensorDict:  # type: ignore[override]
         """A TensorDict of reparameterized draws (every component must support ``rsample``)."""
         shape = torch.Size(shape) if shape is not None else torch.Size()
         return self._as_tensordict({key: dist.rsample(shape) for key, dist in self.dists.items()}, shape)
 
     @property
-    def mode(self) -> TensorDict:
+    def mode(self) -> TensorDict:  # type: ignore[override]
         return self._as_tensordict({key: dist.mode for key, dist in self.dists.items()})
 
     @property
-    def mean(self) -> TensorDict:
+    def mean(self) -> TensorDict:  # type: ignore[override]
         return self._as_tensordict({key: dist.mean for key, dist in self.dists.items()})
 
     @property
@@ -260,18 +265,20 @@ class CompositeDistribution(d.Distribution, Mapping):
         if not composite_lp_aggregate():
             named = {_add_suffix(key, "_log_prob"): lp for key, lp in scores.items()}
             return sample, sample.empty(recurse=True).update(named).filter_empty_()
-        total = 0.0
+        total: torch.Tensor | float = 0.0  # a tensor once a component adds to it
         for lp in scores.values():
             total = total + _sum_event_dims(lp, sample.ndim)
         return sample, total
 
     # --- scores ---------------------------------------------------------------------------------------
 
-    def log_prob(self, sample: Any) -> torch.Tensor | TensorDict:
+    # A TensorDict of per-component entries, or their sum while composite_lp_aggregate() (a tensor; 0.0 with no
+    # component): the type follows that mode, which no annotation can say.
+    def log_prob(self, sample: Any) -> Any:
         """The log-probability of a sample TensorDict: per-component entries, or their sum when aggregating."""
         if not composite_lp_aggregate():
             return self.log_prob_composite(sample)
-        total = 0.0
+        total: torch.Tensor | float = 0.0  # a tensor once a component adds to it
         for key, dist in self.dists.items():
             total = total + _sum_event_dims(dist.log_prob(sample.get(key)), sample.ndim)
         return total
@@ -285,8 +292,8 @@ class CompositeDistribution(d.Distribution, Mapping):
         aggregate = composite_lp_aggregate()
         if include_sum is None:
             include_sum = aggregate
-        entries = {}
-        total = 0.0
+        entries: dict = {}
+        total: torch.Tensor | float = 0.0  # a tensor once a component adds to it
         for key, dist in self.dists.items():
             try:
                 value = sample.get(key)
@@ -309,7 +316,7 @@ class CompositeDistribution(d.Distribution, Mapping):
         *,
         aggregate_probabilities: bool | None = None,
         include_sum: bool | None = None,
-    ) -> torch.Tensor | TensorDict:
+    ) -> Any:  # as log_prob's
         """Per-component entropies (a TensorDict), or their sum while `composite_lp_aggregate()` is ``True``.
 
         A component without a closed form gets a Monte Carlo estimate from ``samples_mc`` ``rsample`` draws.
@@ -327,7 +334,7 @@ class CompositeDistribution(d.Distribution, Mapping):
             include_sum = aggregate
         if not aggregate:
             return self.entropy_composite(samples_mc, include_sum=include_sum)
-        total = 0.0
+        total: torch.Tensor | float = 0.0  # a tensor once a component adds to it
         for dist in self.dists.values():
             total = total + _sum_event_dims(_entropy_or_estimate(dist, samples_mc), len(self.batch_shape))
         return total
@@ -336,8 +343,8 @@ class CompositeDistribution(d.Distribution, Mapping):
         """A new TensorDict of ``<key>_entropy`` entries (and, with ``include_sum``, their sum at `entropy_key`)."""
         if include_sum is None:
             include_sum = composite_lp_aggregate()
-        entries = {}
-        total = 0.0
+        entries: dict = {}
+        total: torch.Tensor | float = 0.0  # a tensor once a component adds to it
         for key, dist in self.dists.items():
             ent = entries[_add_suffix(key, "_entropy")] = _entropy_or_estimate(dist, samples_mc)
             if include_sum:

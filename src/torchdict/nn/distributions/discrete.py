@@ -87,6 +87,7 @@ class OneHotCategorical(D.Categorical):
     def rsample(self, sample_shape: torch.Size | Sequence[int] | None = None) -> torch.Tensor:
         """One-hot draws with a straight-through gradient (see the class description)."""
         shape = torch.Size(sample_shape) if sample_shape is not None else torch.Size()
-        relaxed = D.RelaxedOneHotCategorical(1.0, logits=self.logits).rsample(shape)
+        # torch takes a number for the temperature (its stub says a tensor)
+        relaxed = D.RelaxedOneHotCategorical(1.0, logits=self.logits).rsample(shape)  # type: ignore[arg-type]
         hard = (relaxed == relaxed.max(-1, keepdim=True).values).to(relaxed.dtype)
         return _straight_through(hard, relaxed)

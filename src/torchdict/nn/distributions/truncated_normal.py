@@ -58,7 +58,7 @@ class TruncatedStandardNormal(Distribution):
     has_rsample = True
     eps = 1e-6
 
-    def __init__(self, a: Number | torch.Tensor, b: Number | torch.Tensor, validate_args: bool | None = None) -> None:
+    def __init__(self, a: float | torch.Tensor, b: float | torch.Tensor, validate_args: bool | None = None) -> None:
         self.a, self.b = broadcast_all(a, b)
         both_numbers = isinstance(a, Number) and isinstance(b, Number)
         super().__init__(torch.Size() if both_numbers else self.a.size(), validate_args=validate_args)
@@ -156,10 +156,10 @@ class TruncatedNormal(TruncatedStandardNormal):
 
     def __init__(
         self,
-        loc: Number | torch.Tensor,
-        scale: Number | torch.Tensor,
-        a: Number | torch.Tensor,
-        b: Number | torch.Tensor,
+        loc: float | torch.Tensor,
+        scale: float | torch.Tensor,
+        a: float | torch.Tensor,
+        b: float | torch.Tensor,
         validate_args: bool | None = None,
     ) -> None:
         self.loc, scale, a, b = broadcast_all(loc, scale, a, b)
