@@ -21,6 +21,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Mapping
 from itertools import repeat
+from functools import partial
 from typing import Any, Callable, Optional
 
 import torch
@@ -748,21 +749,31 @@ _install()
 
 
 def _torch_binary(op: PointwiseOp) -> Callable:
-    """``torch.<op>(input, other, ...)`` with a TensorDict as either argument."""
+    """``torch.<op>(input, other, ...)`` with a TensorDict as either argument (a partial, not a closure: these
+    handlers are made at import, one object each)."""
+    return partial(_torch_binary_call, op)
+
+
+def _torch_binary_call(op: PointwiseOp, input: Any, other: Any, *args: Any, **kwargs: Any) -> Any:
+    if isinstance(input, TensorCollection):
+        return getattr(input, op.name)(other, *args, **kwargs)
+    if args:
+        raise TypeError(f"torch.{op.name}() with a TensorDict second takes keyword options only.")
+    result = binary(unwrap(other), input, _swapped_op(op), kwargs, reflected=True)
+    if result is UNSUPPORTED:
+        raise TypeError(f"torch.{op.name}(): unsupported operand type {type(input).__name__}.")
+    return result
+
+
+def _swapped_op(op: PointwiseOp) -> PointwiseOp:
+    """``op`` with its operands swapped (``torch.sub(t, td)``: the TensorDict's leaves come second)."""
     swapped = PointwiseOp(op.name, inplace=False)
-    swapped.reflected = lambda leaf, item, **kwargs: op.per_leaf(item, leaf, **kwargs)
+    swapped.reflected = partial(_call_swapped, op.per_leaf)
+    return swapped
 
-    def handler(input: Any, other: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(input, TensorCollection):
-            return getattr(input, op.name)(other, *args, **kwargs)
-        if args:
-            raise TypeError(f"torch.{op.name}() with a TensorDict second takes keyword options only.")
-        result = binary(unwrap(other), input, swapped, kwargs, reflected=True)
-        if result is UNSUPPORTED:
-            raise TypeError(f"torch.{op.name}(): unsupported operand type {type(input).__name__}.")
-        return result
 
-    return handler
+def _call_swapped(per_leaf: Callable, leaf: Any, item: Any, **kwargs: Any) -> Any:
+    return per_leaf(item, leaf, **kwargs)
 
 
 def _register_torch_functions() -> None:

@@ -10,6 +10,7 @@ or :func:`dispatch_to_method`, so this file never needs to know them.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 import torch
@@ -61,13 +62,14 @@ def dispatch_to_method(torch_function: Callable, method_name: str,
     The method is looked up by name at call time, so it may live in any mixin.
     """
 
-    def handler(first: Any, *args: Any, **kwargs: Any) -> Any:
-        if rename:
-            kwargs = {rename.get(name, name): value for name, value in kwargs.items()}
-        return getattr(first, method_name)(*args, **kwargs)
+    # A partial, not a closure: one object per handler (there are ~140, made at import).
+    TORCH_FUNCTIONS[torch_function] = partial(_call_method, method_name, rename)
 
-    handler.__name__ = f"torch_{method_name}"
-    TORCH_FUNCTIONS[torch_function] = handler
+
+def _call_method(method_name: str, rename: Optional[Dict[str, str]], first: Any, *args: Any, **kwargs: Any) -> Any:
+    if rename:
+        kwargs = {rename.get(name, name): value for name, value in kwargs.items()}
+    return getattr(first, method_name)(*args, **kwargs)
 
 
 # --------------------------------------------------------------------------- stack
