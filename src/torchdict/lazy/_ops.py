@@ -169,9 +169,9 @@ class LazyOpsMixin(LazyHost):
             self.set_(keys, value)  # checks every member before writing any
             undo.append(lambda: [td.set_(keys, backup) for td, backup in zip(self._tds, backups)])
             return
-        from ..lazy import _undo_record
+        from ._writes import undo_record
 
-        records = [_undo_record(td, keys) for td in self._tds]
+        records = [undo_record(td, keys) for td in self._tds]
         self.set(keys, value)  # undoes its own partial write if a member refuses
         undo.append(lambda: _restore(self._tds, records))
 
