@@ -83,6 +83,11 @@ def _map_batch_storage(storage: dict, fn: Callable, old_dims: int, batch_size: t
                 result[key] = fn(leaf)
         elif isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
+            if type(getattr(inner, "_tensordict", None)) is not dict:  # a nested lazy stack: its own path
+                from ._nested_foreign import map_foreign_batch
+
+                result[key] = map_foreign_batch(leaf, fn, old_dims, batch_size)
+                continue
             inner_batch = batch_size + inner._batch_size[old_dims:]
             mapped = inner._new_unsafe(
                 _map_batch_storage(inner._tensordict, fn, old_dims, batch_size, unbatched), inner_batch,
@@ -116,7 +121,13 @@ def tensor_leaves(td: Any, out: Optional[list] = None) -> list:
         if isinstance(leaf, _Tensor):
             out.append(leaf)
         elif isinstance(leaf, TensorCollection):
-            tensor_leaves(unwrap(leaf), out)
+            inner = unwrap(leaf)
+            if type(getattr(inner, "_tensordict", None)) is dict:
+                tensor_leaves(inner, out)
+            else:  # a nested lazy stack: its members' leaves
+                from ._nested_foreign import foreign_leaves
+
+                foreign_leaves(leaf, out)
     return out
 
 
@@ -166,6 +177,11 @@ def _rebuild_storage(storage: dict, results: Any, batch_of: Callable, non_tensor
             out[key] = value
         elif isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
+            if type(getattr(inner, "_tensordict", None)) is not dict:  # a nested lazy stack: rebuilt member-wise
+                from ._nested_foreign import rebuild_foreign
+
+                out[key] = rebuild_foreign(leaf, results, batch_of, non_tensor, device)
+                continue
             inner_batch = batch_of(inner._batch_size)
             inner_storage = _rebuild_storage(inner._tensordict, results, batch_of, non_tensor, device)
             names = inner._names if inner_batch == inner._batch_size else None
@@ -431,6 +447,8 @@ class _ApplyRun:
                     return DROP
                 return DROP if self.inplace else self._checked(value, name, batch_size, len(batch_size))
             inner = unwrap(leaf)
+            if type(getattr(inner, "_tensordict", None)) is not dict:  # a nested lazy stack: its own apply
+                return self._foreign_entry(td, key, leaf, other_leaves, batch_size, prefix)
             if batch_size is td._batch_size:
                 inner_batch = inner._batch_size
             else:
@@ -448,6 +466,35 @@ class _ApplyRun:
             return DROP
         # Non-tensor data is passed through without calling fn.
         return _non_tensor_for_batch(leaf, batch_size + leaf.batch_size[len(td._batch_size):])
+
+    def _foreign_entry(self, td: Any, key: str, leaf: Any, other_leaves: list, batch_size: torch.Size,
+                       prefix: tuple) -> Any:
+        """A nested lazy stack: its own (member-wise) apply, so ragged members stay ragged, as upstream."""
+        options: dict = {}
+        if self.default is not _MISSING:
+            options["default"] = self.default
+        if self.inplace:
+            leaf.apply_(self.fn, *other_leaves, **options)
+            return DROP
+        if self.filter_empty is not None:
+            options["filter_empty"] = self.filter_empty
+        if self.call_on_nested:
+            options["call_on_nested"] = True
+        if self.is_leaf is not None:
+            options["is_leaf"] = self.is_leaf
+        if self.device is not None and self.device != leaf.device:
+            options["device"] = self.device
+        if batch_size is not td._batch_size:
+            options["batch_size"] = batch_size + leaf.batch_size[len(td._batch_size):]
+        if self.named:
+            result = leaf.named_apply(self.fn, *other_leaves, nested_keys=self.nested_keys, prefix=prefix + (key,),
+                                      **options)
+        else:
+            result = leaf.apply(self.fn, *other_leaves, **options)
+        if result is None:
+            self.dropped = True
+            return DROP
+        return result
 
     def _inner_storage(self, item: Any, path: tuple) -> dict:
         """The storage an "other" holds where ``td`` has a sub-collection (the default fills a missing one)."""

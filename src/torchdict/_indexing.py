@@ -294,6 +294,10 @@ def _index_entry(leaf: Any, index: Any, n_batch: int, new_batch: torch.Size) -> 
         return leaf[index]
     if isinstance(leaf, TensorCollection):
         inner = unwrap(leaf)
+        if type(getattr(inner, "_tensordict", None)) is not dict:  # a nested lazy stack: its own path
+            from ._nested_foreign import map_foreign_batch
+
+            return map_foreign_batch(leaf, lambda grid: grid[index], n_batch, new_batch)
         inner_batch = new_batch + inner._batch_size[n_batch:]
         return rewrap(leaf, inner._new_unsafe(
             _index_storage(inner._tensordict, index, n_batch, new_batch, {}), inner_batch, inner._device))
@@ -313,6 +317,11 @@ def _take_storage(storage: dict, rows: torch.Tensor, n_batch: int, new_batch: to
             result[key] = with_batch_size(leaf, new_batch + leaf.batch_size[n_batch:])
         elif isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
+            if type(getattr(inner, "_tensordict", None)) is not dict:  # a nested lazy stack: its own path
+                from ._nested_foreign import map_foreign_batch
+
+                result[key] = map_foreign_batch(leaf, lambda grid: grid.index_select(0, rows), n_batch, new_batch)
+                continue
             inner_batch = new_batch + inner._batch_size[n_batch:]
             result[key] = rewrap(leaf, inner._new_unsafe(
                 _take_storage(inner._tensordict, rows, n_batch, new_batch, seen), inner_batch, inner._device))

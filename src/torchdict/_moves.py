@@ -126,7 +126,8 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
         return to_per_leaf(td, args, kwargs)
     call = parse_to_call(args, kwargs)
     device, batch_size = call.device, call.batch_size
-    moving = device is not None and device != td._device
+    target = device if device is not None and device != td._device else None  # where the leaves move, if anywhere
+    moving = target is not None
     if not moving and not call.converts():
         if batch_size is not None:
             td.batch_size = parse_batch_size(batch_size)
@@ -137,11 +138,11 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
     consolidated_move = moving and not call.converts() and td.is_consolidated()
     if call.inplace and not consolidated_move:
         td._check_unlocked()  # (a consolidated TensorDict, locked, moves in place as one storage)
-    if consolidated_move:
+    if consolidated_move and target is not None:
         from . import _consolidate
 
-        check_device_exists(device)
-        result = _consolidate.to_consolidated(td, device, call.non_blocking, call.pin, call.inplace)
+        check_device_exists(target)
+        result = _consolidate.to_consolidated(td, target, call.non_blocking, call.pin, call.inplace)
         if batch_size is not None:
             result.batch_size = batch_size
         return result
@@ -149,17 +150,17 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
     flat_leaves = flat_tensors(storage)
     flat = flat_leaves is not None
     leaves = flat_leaves if flat_leaves is not None else tensor_leaves(td)
-    if moving and not call.converts() and not call.pin and _all_on(leaves, device):
+    if target is not None and not call.converts() and not call.pin and _all_on(leaves, target):
         results = leaves  # nothing to copy: a new TensorDict on that device over the same leaves
         wait = False
     else:
-        if moving:
-            check_device_exists(device)
-        results, wait = _convert(td, leaves, device if moving else None, call)
+        if target is not None:
+            check_device_exists(target)
+        results, wait = _convert(td, leaves, target, call)
     if not moving and batch_size is None and not any(map(is_not, results, leaves)):
         return td  # every leaf already had that dtype and memory format (Tensor.to returned it)
     if call.inplace:
-        result = _rebuilt(td, results, flat, moving, device, None)
+        result = _rebuilt(td, results, flat, target, None)
         if wait:
             from ._consolidate import sync_transfers
 
@@ -168,7 +169,7 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
         if batch_size is not None:
             td.batch_size = batch_size  # the setter's rule (checked above)
         return td
-    result = _rebuilt(td, results, flat, moving, device, batch_size)
+    result = _rebuilt(td, results, flat, target, batch_size)
     if td._is_locked:
         result._lock_tree()
     if wait:
@@ -178,11 +179,12 @@ def to(td: Any, *args: Any, **kwargs: Any) -> Any:
     return result
 
 
-def _rebuilt(td: Any, results: list, flat: bool, moving: bool, device: Optional[torch.device],
+def _rebuilt(td: Any, results: list, flat: bool, target: Optional[torch.device],
              batch_size: Optional[torch.Size]) -> Any:
-    """``td``'s structure over ``results`` (on ``device`` when moving). With ``batch_size`` (upstream's rule
-    for a move or cast with a batch size), the result and every nested TensorDict get exactly that batch
-    size and no names, with upstream's FutureWarning where a later version will keep them."""
+    """``td``'s structure over ``results`` (on ``target``, the device moved to, when there is one). With
+    ``batch_size`` (upstream's rule for a move or cast with a batch size), the result and every nested
+    TensorDict get exactly that batch size and no names, with upstream's FutureWarning where a later version
+    will keep them."""
     if batch_size is not None:
         if not torch.compiler.is_compiling() and _batch_size_will_change(td, batch_size, root=True):
             warnings.warn("to() with a batch_size and a new device or dtype gives every nested tensordict exactly "
@@ -190,19 +192,19 @@ def _rebuilt(td: Any, results: list, flat: bool, moving: bool, device: Optional[
                           "change to setting the batch size as to(batch_size=...) does without a device, which "
                           "keeps the nested batch sizes and names. Call to(...) and then set the batch_size to "
                           "get the new behaviour now.", FutureWarning, stacklevel=4)
-        kwargs = {"device": device} if moving else {}
-        non_tensor = _non_tensor_to(device) if moving else keep_non_tensor
+        kwargs = {"device": target} if target is not None else {}
+        non_tensor = _non_tensor_to(target) if target is not None else keep_non_tensor
         result = rebuild(td, iter(results), batch_size, batch_of=lambda old: batch_size, non_tensor=non_tensor,
                          **kwargs)
         _erase_names(result)
         return result
     storage = td._tensordict
-    if flat and not moving:
+    if flat and target is None:
         return td._new_like(dict(zip(storage, results)))
     if flat:
-        return td._new_unsafe(dict(zip(storage, results)), td._batch_size, device, td._names)
-    if moving:
-        return rebuild(td, iter(results), td._batch_size, non_tensor=_non_tensor_to(device), device=device)
+        return td._new_unsafe(dict(zip(storage, results)), td._batch_size, target, td._names)
+    if target is not None:
+        return rebuild(td, iter(results), td._batch_size, non_tensor=_non_tensor_to(target), device=target)
     return rebuild(td, iter(results), td._batch_size)
 
 
@@ -319,14 +321,15 @@ def _convert_leaf(leaf: torch.Tensor, device: Optional[torch.device], dtype: Opt
                   memory_format: Optional[torch.memory_format], asynchronous: bool) -> torch.Tensor:
     """One leaf to ``device`` / ``dtype``; ``memory_format`` applies to 4-D and 5-D leaves (as
     ``nn.Module.to`` does)."""
-    target = tuple(item for item in (device, dtype) if item is not None)
+    target: tuple = tuple(item for item in (device, dtype) if item is not None)  # Tensor.to's positional form
     if memory_format is not None and leaf.dim() in (4, 5):
+        # (mypy can't tell that ``target``, a device and/or a dtype, leaves non_blocking to the keyword)
         if asynchronous:
-            return leaf.to(*target, non_blocking=True, memory_format=memory_format)
+            return leaf.to(*target, non_blocking=True, memory_format=memory_format)  # type: ignore[call-overload]
         return leaf.to(*target, memory_format=memory_format)
     if not target:
         return leaf
-    return leaf.to(*target, non_blocking=True) if asynchronous else leaf.to(*target)
+    return leaf.to(*target, non_blocking=True) if asynchronous else leaf.to(*target)  # type: ignore[call-overload]
 
 
 def _non_tensor_to(device: torch.device) -> Any:

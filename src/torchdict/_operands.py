@@ -118,6 +118,24 @@ def _mixed_leaf_error(key: tuple) -> TypeError:
     return TypeError(f"Cannot combine a tensor with non-tensor data at key {shown!r}.")
 
 
+def _pair_foreign(leaf: Any, other_leaf: Any, leaves: list, others: list) -> bool:
+    """Pair the member leaves of two nested lazy stacks of the same layout (the result is rebuilt
+    member-wise, so it stays a lazy stack); False for any other pair."""
+    from ._nested_foreign import foreign_leaves
+
+    if type(getattr(unwrap(other_leaf), "_tensordict", None)) is dict or leaf.batch_size != other_leaf.batch_size:
+        return False
+    mine: list = []
+    theirs: list = []
+    foreign_leaves(leaf, mine)
+    foreign_leaves(other_leaf, theirs)
+    if len(mine) != len(theirs) or any(a.shape != b.shape for a, b in zip(mine, theirs)):
+        return False
+    leaves.extend(mine)
+    others.extend(theirs)
+    return True
+
+
 def _pair_storages(storage: dict, other_storage: dict, leaves: list, others: list, non_tensor_pairs: dict,
                    path: tuple) -> bool:
     """Collect the tensor leaves of two storages, paired by key; False when the keys differ."""
@@ -135,6 +153,10 @@ def _pair_storages(storage: dict, other_storage: dict, leaves: list, others: lis
         elif isinstance(leaf, TensorCollection):
             if not isinstance(other_leaf, TensorCollection):
                 return False
+            if type(getattr(unwrap(leaf), "_tensordict", None)) is not dict:
+                if not _pair_foreign(leaf, other_leaf, leaves, others):
+                    return False
+                continue
             if not _pair_storages(unwrap(leaf)._tensordict, unwrap(other_leaf)._tensordict, leaves, others,
                                   non_tensor_pairs, path + (key,)):
                 return False

@@ -175,6 +175,7 @@ def to_per_leaf(td: Any, args: tuple, kwargs: dict) -> Any:
         dtype = None if attrs is None else attrs.tgt_dtype
         if device is not None:
             device = parse_device(device)
+            assert device is not None  # a device given parses to one
             check_device_exists(device)
         targets.append((device, dtype))
     from_accelerator = False

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 import torch
 
 from . import _options
-from ._apply import map_batch, rewrap, unwrap
+from ._apply import rebuild, rewrap, tensor_leaves, unwrap
 from ._base import TensorCollection
 from ._indexing import same_value, batch_probe
 from ._locking import keep_lock
@@ -161,6 +161,12 @@ def _combine_entry(result: dict, key: str, leaf: Any, leaves: list, dim: int, n_
                 result[key] = kind.torch_fn(leaves, dim)
         except (RuntimeError, TypeError) as error:
             raise _combine_error(key, leaves, kind.verb, error) from error
+    elif isinstance(leaf, TensorCollection) and type(getattr(unwrap(leaf), "_tensordict", None)) is not dict:
+        # A nested lazy stack: stacked lazily (as upstream), concatenated by its own torch.cat.
+        if out is not None and isinstance(out.get(key), TensorCollection):
+            out[key].update_(_combine_foreign(key, leaves, dim, kind))
+        else:
+            result[key] = _combine_foreign(key, leaves, dim, kind)
     elif isinstance(leaf, TensorCollection):
         collected = _collect(leaves)
         if collected is None:
@@ -179,6 +185,16 @@ def _combine_entry(result: dict, key: str, leaf: Any, leaves: list, dim: int, n_
         if not all(type(item) in NON_TENSOR_TYPES for item in leaves):
             raise _combine_error(key, leaves, kind.verb, TypeError())
         result[key] = kind.non_tensor(leaves, dim)
+
+
+def _combine_foreign(key: str, leaves: list, dim: int, kind: _Combine) -> Any:
+    if not all(isinstance(item, TensorCollection) for item in leaves):
+        raise _combine_error(key, leaves, kind.verb, TypeError())
+    if kind.verb == "stack":
+        from ._nested_foreign import stack_foreign
+
+        return stack_foreign(leaves, dim)
+    return kind.torch_fn(leaves, dim)
 
 
 def _stacked_extra(inners: list, key: str, n_batch: int) -> torch.Size:
@@ -423,7 +439,10 @@ TORCH_FUNCTIONS[torch.concatenate] = cat
 def _like(make: Callable[..., torch.Tensor]) -> Callable:
     def handler(td: Any, *args: Any, **kwargs: Any) -> Any:
         device = kwargs.get("device")
-        result = map_batch(td, lambda leaf: make(leaf, *args, **kwargs), td._batch_size)
+        # Leaf by leaf (the batch size is kept): rebuild, not map_batch, whose batch-op path for a nested lazy
+        # stack reads the op as a rearrangement of batch positions, which a value-making function is not.
+        leaves = tensor_leaves(td)
+        result = rebuild(td, iter([make(leaf, *args, **kwargs) for leaf in leaves]), td._batch_size)
         if device is not None:
             from ._convert import parse_device
 

@@ -76,6 +76,20 @@ def update(td: Any, source: Any, *, clone: bool, inplace: bool, non_blocking: bo
     return td
 
 
+class _NestedUpdate:
+    """A queued ``update`` of a nested lazy stack, run by :meth:`_UpdatePlan.commit` like a copy (``copy_``)."""
+
+    __slots__ = ("target", "clone", "inplace")
+
+    def __init__(self, target: Any, clone: bool, inplace: bool) -> None:
+        self.target = target
+        self.clone = clone
+        self.inplace = inplace
+
+    def copy_(self, value: Any, non_blocking: bool = False) -> None:
+        self.target.update(value, clone=self.clone, inplace=self.inplace, non_blocking=non_blocking)
+
+
 class _UpdatePlan:
     """The writes of one ``update``, all checked before the first is made.
 
@@ -262,7 +276,11 @@ def _plan_update(plan: _UpdatePlan, td: Any, source: Any, clone: bool, inplace: 
         if isinstance(existing, TensorCollection) and (
                 isinstance(value, TensorCollection) or (not isinstance(value, _Tensor) and isinstance(value, Mapping))):
             # Sub-collections merge rather than replace.
-            _plan_update(plan, _as_td(existing), value, clone, inplace, non_blocking, subtree, ignore_lock)
+            nested_td = _as_td(existing)
+            if nested_td is None:  # a nested lazy stack: its own update, made at commit (as upstream, it stays one)
+                copies.append((_NestedUpdate(existing, clone, inplace), value, non_blocking))
+                continue
+            _plan_update(plan, nested_td, value, clone, inplace, non_blocking, subtree, ignore_lock)
             continue
         if existing is _MISSING:
             if locked:

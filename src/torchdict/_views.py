@@ -105,7 +105,35 @@ class KeysView(_View, Set):
     def __iter__(self) -> Iterator[Any]:
         if not self.include_nested and not self.leaves_only and not self.sort:
             return iter(self._td._tensordict)
-        return iter([key for key, _ in self._items()])
+        try:
+            return iter([key for key, _ in self._items()])
+        except RuntimeError:
+            # A nested lazy stack with ragged leaves can't give its values (as upstream), but its keys:
+            # the walk again, asking such a collection for its own keys.
+            keys = self._keys_of(self._td._tensordict, ())
+            return iter(sorted(keys, key=_sort_key) if self.sort else keys)
+
+    def __len__(self) -> int:
+        if not self.include_nested and not self.leaves_only:
+            return len(self._td._tensordict)
+        return len(list(iter(self)))
+
+    def _keys_of(self, storage: dict, prefix: tuple) -> list:
+        out: list = []
+        is_leaf = self.is_leaf or default_is_leaf
+        for key, value in storage.items():
+            full_key = prefix + (key,)
+            leaf = is_leaf(type(value))
+            if not leaf and isinstance(value, TensorCollection):
+                inner = getattr(value, "_tensordict", None)
+                if type(inner) is dict or type(getattr(inner, "_tensordict", None)) is dict:
+                    out.extend(self._keys_of(entries_of(value), full_key))
+                else:
+                    out.extend(full_key + key_to_tuple(nested) for nested in
+                               value.keys(True, self.leaves_only, is_leaf=self.is_leaf))
+            if not self.leaves_only or leaf:
+                out.append(full_key)
+        return [key[0] if len(key) == 1 else key for key in out]
 
     def __contains__(self, key: object) -> bool:
         if type(key) is str and not self.leaves_only:  # the commonest question first
@@ -139,12 +167,18 @@ class KeysView(_View, Set):
 
     def _contains_nested(self, key: tuple) -> bool:
         storage = self._td._tensordict
-        for part in key[:-1]:
+        for depth, part in enumerate(key[:-1]):
             value = storage.get(part)
             if not isinstance(value, TensorCollection):
                 return False
             if self.is_leaf is not None and self.is_leaf(type(value)):
                 return False
+            inner = getattr(value, "_tensordict", None)
+            if type(inner) is not dict and type(getattr(inner, "_tensordict", None)) is not dict:
+                # A nested lazy stack (ragged leaves can't be read): it answers for the rest of the key.
+                rest = key[depth + 1:]
+                return (rest[0] if len(rest) == 1 else rest) in value.keys(True, self.leaves_only,
+                                                                           is_leaf=self.is_leaf)
             storage = entries_of(value)
         if key[-1] not in storage:
             return False

@@ -169,6 +169,11 @@ def _plan(source: Any, path: str | None, key_path: tuple, options: _Options) -> 
                 node.entries[key] = tensor_entry(file_name, value)
             node.leaves.append((key, value, file_path))
         elif isinstance(value, TensorCollection):
+            if not _is_tensordict(value) and not isinstance(getattr(value, "_tensordict", None), tensordict_class()):
+                # (a lazy stack held as an entry: no storage dict of its own to save at this level)
+                raise TypeError(f"Cannot save the entry {_show_key(full_key)}: a {type(value).__name__} held in a "
+                                "TensorDict is not supported by memmap/save; save it on its own (it has its own "
+                                "memmap) or call to_tensordict() on it first.")
             child_path = None
             if path is not None:
                 dir_name = key_to_filename(key, directory=True)

@@ -849,7 +849,10 @@ class TensorDict(
         result = {}
         for key, leaf in self._tensordict.items():
             if isinstance(leaf, TensorCollection):
-                result[key] = _as_td(leaf).to_dict(retain_none=retain_none, convert_tensors=convert_tensors)
+                dense = leaf if type(getattr(leaf, "_tensordict", None)) is dict else getattr(leaf, "_tensordict", None)
+                # A nested lazy stack has no TensorDict inside: its own to_dict (ragged: RuntimeError, as upstream).
+                result[key] = (dense if isinstance(dense, TensorDict) else leaf).to_dict(
+                    retain_none=retain_none, convert_tensors=convert_tensors)
             elif type(leaf) in NON_TENSOR_TYPES:
                 # a stack's values as plain nested lists (its .data is a linked list), as upstream
                 value = leaf.tolist() if type(leaf) is NonTensorStack else leaf.data

@@ -19,6 +19,8 @@ from ..tensordict import TensorDict
 from ._ops import _MISSING
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from . import LazyStackedTensorDict
     from ._host import LazyHost
 else:
@@ -70,7 +72,7 @@ class LazyWritesMixin(LazyHost):
             raise
 
     def set(self, key: Any, item: Any, inplace: bool = False, *, non_blocking: bool = False,
-            **kwargs: Any) -> "LazyStackedTensorDict":
+            **kwargs: Any) -> Self:
         """Split ``item`` (full batch) along the stack dim into the members; returns self.
 
         A ``list`` with one value per member writes value ``i`` into member ``i``
@@ -130,7 +132,7 @@ class LazyWritesMixin(LazyHost):
                     td.set(path, old)
             raise
 
-    def set_(self, key: Any, item: torch.Tensor, *, non_blocking: bool = False) -> "LazyStackedTensorDict":
+    def set_(self, key: Any, item: torch.Tensor, *, non_blocking: bool = False) -> Self:
         """Copy the tensor ``item`` (full batch) into the members' existing tensors (allowed when locked).
         ``non_blocking`` is given to the members' copies.
 
