@@ -137,3 +137,13 @@ def test_saving_a_tensordict_holding_a_lazy_stack_is_refused_before_writing(tmp_
     with pytest.raises(TypeError, match="'lz'.*LazyStackedTensorDict held in a TensorDict"):
         td.memmap(tmp_path / "saved")
     assert not (tmp_path / "saved").exists() or not any((tmp_path / "saved").iterdir())
+
+
+def test_a_batch_op_making_new_values_is_refused_for_a_nested_stack():
+    import torchdict
+
+    member = torchdict.TensorDict({"x": torch.arange(6.).view(3, 2)}, [3])
+    td = torchdict.TensorDict({"lz": torchdict.lazy_stack([member, member.clone()], dim=1)}, [3, 2])
+    with pytest.raises(RuntimeError, match="makes new values for the nested LazyStackedTensorDict"):
+        td.new_zeros(4, 2)  # not read as a rearrangement of the members' rows
+    assert td[1:, 0]["lz"]["x"].tolist() == [[2.0, 3.0], [4.0, 5.0]]

@@ -98,7 +98,20 @@ def map_foreign_batch(value: Any, fn: Callable, old_dims: int, batch_size: torch
     """``value`` after a batch op of its parent: ``fn`` maps the parent's ``old_dims`` leading batch
     dims to ``batch_size``; the result keeps ``value``'s other batch dims."""
     lead = value.batch_size[:old_dims]
-    picks = fn(torch.arange(lead.numel()).reshape(lead))
+    count = lead.numel()
+    grid = torch.arange(count).reshape(lead)
+    picks = fn(grid)
+    # A rearrangement of batch positions (indexing, reshaping, repeating...) commutes with adding a constant to
+    # them; an op that makes new values (new_zeros, a *_like function) does not, and would be read as picks.
+    if picks.dtype != grid.dtype or not torch.equal(fn(grid + count), picks + count):
+        raise RuntimeError(f"This op makes new values for the nested {type(value).__name__}, which it can only do "
+                           "on the stack itself (or after to_tensordict()).")
+    return regroup_foreign(value, picks, old_dims, batch_size)
+
+
+def regroup_foreign(value: Any, picks: torch.Tensor, old_dims: int, batch_size: torch.Size) -> Any:
+    """``value`` regrouped by ``picks``: for each result position, the flat index of the element of ``value``'s
+    ``old_dims`` leading batch dims it comes from."""
     if tuple(picks.shape) != tuple(batch_size):
         raise RuntimeError(f"A batch op gave the nested {type(value).__name__} the batch size "
                            f"{list(picks.shape)}, where {list(batch_size)} was expected.")

@@ -423,12 +423,12 @@ def _split_storage(storage: dict, split: Callable[[torch.Tensor], Sequence[torch
                 result[key] = with_batch_size(leaf, size + extra)
         elif isinstance(leaf, TensorCollection) and type(getattr(unwrap(leaf), "_tensordict", None)) is not dict:
             # A nested lazy stack: each piece is what the split gives an index grid of the batch.
-            from ._nested_foreign import map_foreign_batch
+            from ._nested_foreign import regroup_foreign
 
             lead = leaf.batch_size[:n_batch]
             pieces = split(torch.arange(lead.numel()).reshape(lead))
             for result, piece, size in zip(results, pieces, batch_sizes):
-                result[key] = map_foreign_batch(leaf, lambda _, piece=piece: piece, n_batch, size)
+                result[key] = regroup_foreign(leaf, piece, n_batch, size)
         elif isinstance(leaf, TensorCollection):
             inner = unwrap(leaf)
             extra = inner._batch_size[n_batch:]
