@@ -45,6 +45,7 @@ from ._rebatch import set_batch_size
 from ._moves import MovesMixin
 from ._ops import OpsMixin
 from ._padding import PaddingMixin
+from ._new_collections import NewCollectionsMixin
 from ._shape import ShapeMixin
 from ._state_dict import StateDictMixin
 from ._torch_function import TorchFunctionMixin
@@ -101,6 +102,7 @@ class TensorDict(
     ApplyMixin,
     IndexingMixin,
     ShapeMixin,
+    NewCollectionsMixin,
     OpsMixin,
     MovesMixin,
     TorchFunctionMixin,
