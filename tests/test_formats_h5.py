@@ -762,3 +762,16 @@ def test_any_index_reads_and_writes_as_a_tensordict(tmp_path_factory, case):
         td[index] = {"a": fill.unsqueeze(-1).expand(*want.batch_size, 2), "n": {"b": fill.long()}}
         expected[index] = {"a": fill.unsqueeze(-1).expand(*want.batch_size, 2), "n": {"b": fill.long()}}
         assert_same_leaves(td, expected)
+
+
+def test_update_takes_entries_as_keywords_as_upstream(tmp_path):
+    results = []
+    for lib, name in ((torchdict, "ours.h5"), (upstream, "theirs.h5")):
+        source = lib.TensorDict({"a": torch.zeros(3)}, batch_size=[3])
+        td = lib.PersistentTensorDict.from_dict(source, filename=str(tmp_path / name))
+        td.update(b=torch.ones(3))
+        td.update({"a": torch.full((3,), 2.0)}, c=torch.full((3,), 3.0))
+        td.update_(b=torch.full((3,), 4.0))
+        results.append({key: td[key].tolist() for key in sorted(td.keys())})
+        td.close()
+    assert results[0] == results[1]

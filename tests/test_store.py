@@ -220,6 +220,27 @@ def test_update_with_keys_to_update(make_store):
     assert_same(store.to_tensordict(), local)
 
 
+def test_update_takes_tensordicts_keywords(make_store):
+    store = make_store(batch_size=[3])
+    store.update(a=torch.zeros(3), n={"b": torch.ones(3)})  # the entries as keywords, as TensorDict.update
+    store.update({"a": torch.ones(3)}, c=torch.full((3,), 2.0), non_blocking=True, is_leaf=None)
+    assert sorted(map(str, store.keys(True, True))) == sorted(["a", "c", str(("n", "b"))])
+    assert torch.equal(store["a"], torch.ones(3)) and torch.equal(store["c"], torch.full((3,), 2.0))
+    assert [key for key, _ in store.items(sort=True)] == sorted(key for key in store.keys())
+    with pytest.raises(RuntimeError, match="update_batch_size"):
+        store.update({"d": torch.zeros(3, 2)}, update_batch_size=True)
+    assert "d" not in store.keys()
+    store.lock_()
+    with pytest.raises(RuntimeError):
+        store.update({"e": torch.zeros(3)})
+    store.update({"e": torch.zeros(3)}, ignore_lock=True)
+    assert store.is_locked and "e" in store.keys()
+    store.unlock_()
+    store.update_(a=torch.full((3,), 5.0), non_blocking=True)
+    store.set_("c", torch.zeros(3), non_blocking=True)
+    assert torch.equal(store["a"], torch.full((3,), 5.0)) and torch.equal(store["c"], torch.zeros(3))
+
+
 @pytest.mark.filterwarnings("ignore:.*quantize")
 def test_a_refused_update_writes_nothing(make_store):
     store = make_store(batch_size=[4])

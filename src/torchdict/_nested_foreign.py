@@ -200,14 +200,15 @@ def stack_foreign(values: List[Any], dim: int) -> Any:
     """``torch.stack`` of TensorDicts holding lazy stacks under one key: a lazy stack of them (as upstream)."""
     from .lazy import LazyStackedTensorDict
 
-    stacks = [value if isinstance(value, LazyStackedTensorDict) else None for value in values]
-    first = stacks[0]
-    if first is not None and all(stack is not None and stack._stack_dim == first._stack_dim
-                                 and len(stack._tds) == len(first._tds) for stack in stacks):
+    stacks: List[LazyStackedTensorDict] = [value for value in values if isinstance(value, LazyStackedTensorDict)]
+    first = stacks[0] if stacks else None
+    if first is not None and len(stacks) == len(values) and all(
+            stack._stack_dim == first._stack_dim and len(stack._tds) == len(first._tds) for stack in stacks):
         # Stacks of the same layout: their members are stacked pairwise and the stack dim is kept
         # (shifted when the new dim comes before it), as upstream.
         own = first._stack_dim
         member_dim = dim if dim <= own else dim - 1
-        members = [torch.stack([stack._tds[i] for stack in stacks], member_dim) for i in range(len(first._tds))]
+        members: List[Any] = [torch.stack([stack._tds[i] for stack in stacks], member_dim)  # type: ignore[misc]
+                              for i in range(len(first._tds))]  # (torch.stack's stub takes tensors only)
         return LazyStackedTensorDict(*members, stack_dim=own + 1 if dim <= own else own)
     return LazyStackedTensorDict(*values, stack_dim=dim)

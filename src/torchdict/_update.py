@@ -453,3 +453,18 @@ def check_fast_copy(td: Any, source: Any, index: Any) -> None:
                 raise RuntimeError(_FAST_COPY_REFUSED)
         except IndexError as error:
             raise RuntimeError(_FAST_COPY_REFUSED) from error
+
+
+def entries_to_update(input_dict_or_td: Any, kwargs: dict) -> Any:
+    """What an ``update`` writes: ``input_dict_or_td`` and the entries given as keywords, as ``TensorDict.update``
+    takes them (for the collections that implement ``update`` themselves: files, stores)."""
+    if not kwargs:
+        return {} if input_dict_or_td is None else input_dict_or_td
+    if input_dict_or_td is None:
+        return dict(kwargs)
+    if isinstance(input_dict_or_td, Mapping):
+        return {**input_dict_or_td, **kwargs}
+    merged = input_dict_or_td.copy()
+    merged.update(kwargs)
+    return merged
+

@@ -27,6 +27,7 @@ from .._base import TensorCollection
 from .._convert import parse_device, to_leaf
 from .._errors import MessageKeyError, locked_error, missing_key_error, through_leaf_error
 from .._keys import key_to_tuple
+from .._update import entries_to_update
 from ..base import TensorDictBase
 from ..nontensor import NonTensorData, NonTensorStack
 from ._h5_copies import PersistentCopiesMixin
@@ -558,7 +559,7 @@ class PersistentTensorDict(PersistentRowsMixin, PersistentCopiesMixin, TensorDic
             parent._set_str(keys[-1], to_leaf(item, keys[-1], parent.batch_size, parent.device), False)
         return self
 
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *,
+    def update(self, input_dict_or_td: Any = None, clone: bool = False, inplace: bool = False, *,
                non_blocking: bool = False, keys_to_update: Optional[Sequence[Any]] = None,
                is_leaf: Optional[Callable] = None, update_batch_size: bool = False, ignore_lock: bool = False,
                **kwargs: Any) -> "PersistentTensorDict":
@@ -566,8 +567,8 @@ class PersistentTensorDict(PersistentRowsMixin, PersistentCopiesMixin, TensorDic
 
         As upstream's file-backed collection: sub-collections are merged whatever ``is_leaf`` says, the
         batch size stays (``update_batch_size``), a lock is kept (``ignore_lock``), and file writes are
-        synchronous (``non_blocking``)."""
-        source = self._as_source(input_dict_or_td, keys_to_update)
+        synchronous (``non_blocking``). Entries may also come as keywords."""
+        source = self._as_source(entries_to_update(input_dict_or_td, kwargs), keys_to_update)
         self._check_writable()
         _check_tree(self._storage, source, "update", ())
         if self._locked and any(key not in self for key in source.keys(True)):
@@ -597,10 +598,11 @@ class PersistentTensorDict(PersistentRowsMixin, PersistentCopiesMixin, TensorDic
             else:
                 self.set(key, value, inplace=inplace)
 
-    def update_(self, input_dict_or_td: Any, clone: bool = False, *, non_blocking: bool = False,
+    def update_(self, input_dict_or_td: Any = None, clone: bool = False, *, non_blocking: bool = False,
                 keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> "PersistentTensorDict":
-        """Write every entry of ``input_dict_or_td`` into the existing datasets (every key must exist)."""
-        source = self._as_source(input_dict_or_td, keys_to_update)
+        """Write every entry of ``input_dict_or_td`` (and the keyword entries) into the existing datasets
+        (every key must exist)."""
+        source = self._as_source(entries_to_update(input_dict_or_td, kwargs), keys_to_update)
         missing = [key for key in source.keys(True, True) if key not in self]
         if missing:
             raise missing_key_error(missing[0], self.keys(include_nested=True))

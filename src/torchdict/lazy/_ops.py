@@ -417,9 +417,9 @@ def _stack_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:
     stack_dim = first.stack_dim
     # The new dim comes before the stack dim (which moves right) or after it (one dim less inside a member).
     member_dim, new_stack_dim = (dim, stack_dim + 1) if dim <= stack_dim else (dim - 1, stack_dim)
-    members = [torch.stack([td._tds[i] for td in tensors], member_dim) for i in range(len(first._tds))]
     # torch.stack / torch.cat of TensorDicts give TensorDicts (__torch_function__); torch's stubs say tensors.
-    return LazyStackedTensorDict(*members, stack_dim=new_stack_dim)  # type: ignore[arg-type]
+    members: list = [torch.stack([td._tds[i] for td in tensors], member_dim) for i in range(len(first._tds))]
+    return LazyStackedTensorDict(*members, stack_dim=new_stack_dim)
 
 
 def _cat_lazy_stacks(tensors: Any, dim: int = 0, *, out: Any = None) -> Any:

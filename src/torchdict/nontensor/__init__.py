@@ -399,9 +399,11 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
         """``update_(tensordict)`` (a stack names its source ``tensordict``, as upstream's lazy stack)."""
         return self.update_(tensordict)
 
-    # A stack is a lazy stack upstream: its class-level stacking takes the lazy stack's parameters.
+    # A stack is a lazy stack upstream: its class-level stacking takes the lazy stack's parameters (not
+    # NonTensorData's, which the shared mixin has: the overrides differ, as upstream's).
     @staticmethod
-    def lazy_stack(items: Sequence[Any], dim: int = 0, *, device: Any = None, out: Any = None,
+    def lazy_stack(items: Sequence[Any], dim: int = 0, *, device: Any = None,  # type: ignore[override]
+                   out: Any = None,
                    stack_dim_name: Optional[str] = None, strict_shape: bool = False, as_list: bool = False,
                    as_padded_tensor: bool = False, as_nested_tensor: bool = False, padding_side: str = "right",
                    layout: Any = None, padding_value: Any = 0.0) -> Any:
@@ -414,7 +416,8 @@ class NonTensorStack(NonTensorShapeMixin, NonTensorMembersMixin, NonTensorOpsMix
             padding_side=padding_side, layout=layout, padding_value=padding_value)
 
     @staticmethod
-    def maybe_dense_stack(items: Sequence[Any], dim: int = 0, out: Any = None, strict: bool = False) -> Any:
+    def maybe_dense_stack(items: Sequence[Any], dim: int = 0, out: Any = None,  # type: ignore[override]
+                          strict: bool = False) -> Any:
         """:meth:`LazyStackedTensorDict.maybe_dense_stack`."""
         from ..lazy import maybe_dense_stack
 

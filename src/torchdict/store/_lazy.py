@@ -11,6 +11,7 @@ import torch
 
 from .._errors import locked_error, missing_key_error
 from .._keys import key_to_tuple
+from .._update import entries_to_update
 from ..base import TensorDictBase
 from . import _schema
 from ._schema import LAZY_STACK, NODE
@@ -293,7 +294,8 @@ class LazyStackedTensorDictStore(TensorDictBase):
                         self._pieces(item, key))
         return self
 
-    def set_(self, key: Any, item: Any) -> "LazyStackedTensorDictStore":
+    def set_(self, key: Any, item: Any, *, non_blocking: bool = False) -> "LazyStackedTensorDictStore":
+        """Write ``item`` into the existing entries at ``key`` (synchronously: ``non_blocking`` changes nothing)."""
         keys = key_to_tuple(key)
         if key not in self:
             raise missing_key_error(key, self.keys(include_nested=True))
@@ -301,13 +303,20 @@ class LazyStackedTensorDictStore(TensorDictBase):
                         self._pieces(item, key))
         return self
 
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *,
-               keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> "LazyStackedTensorDictStore":
-        """Write every entry of ``input_dict_or_td`` into the members, in one transaction."""
+    def update(self, input_dict_or_td: Any = None, clone: bool = False, inplace: bool = False, *,
+               non_blocking: bool = False, keys_to_update: Optional[Sequence[Any]] = None,
+               is_leaf: Optional[Callable] = None, update_batch_size: bool = False, ignore_lock: bool = False,
+               **kwargs: Any) -> "LazyStackedTensorDictStore":
+        """Write every entry of ``input_dict_or_td`` and the keyword entries into the members, in one transaction
+        (``non_blocking`` / ``is_leaf`` change nothing; ``update_batch_size=True`` is refused; ``ignore_lock`` is
+        not needed: a lazy store has no lock of its own)."""
         from ..tensordict import TensorDict
 
+        if update_batch_size:
+            raise RuntimeError("update(update_batch_size=True) can't change the batch size of a "
+                               "LazyStackedTensorDictStore.")
         wanted = None if keys_to_update is None else [key_to_tuple(key) for key in keys_to_update]
-        source = input_dict_or_td
+        source = entries_to_update(input_dict_or_td, kwargs)
         if isinstance(source, Mapping):
             source = TensorDict(source, batch_size=self.batch_size)
         if not isinstance(source, TensorDictBase):

@@ -2,6 +2,7 @@
 Dragonfly), shared by every process and machine that reaches it. See docs/store.md."""
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 import warnings
@@ -13,6 +14,7 @@ import torch
 from .._errors import InplaceWriteError, MessageKeyError, locked_error, missing_key_error, through_leaf_error
 from .. import _options
 from .._keys import key_to_tuple
+from .._update import entries_to_update
 from ..base import TensorDictBase
 from ..nontensor import NonTensorData, NonTensorStack
 from . import _schema
@@ -355,15 +357,15 @@ class TensorDictStore(TensorDictBase):
         return sorted(keys, key=lambda key: key if isinstance(key, str) else ".".join(key)) if sort else keys
 
     def values(self, include_nested: bool = False, leaves_only: bool = False,
-               is_leaf: Optional[Callable] = None) -> List[Any]:
-        return [value for _, value in self.items(include_nested, leaves_only, is_leaf)]
+               is_leaf: Optional[Callable] = None, *, sort: bool = False) -> List[Any]:
+        return [value for _, value in self.items(include_nested, leaves_only, is_leaf, sort=sort)]
 
     def items(self, include_nested: bool = False, leaves_only: bool = False,
-              is_leaf: Optional[Callable] = None) -> List[tuple]:
+              is_leaf: Optional[Callable] = None, *, sort: bool = False) -> List[tuple]:
         """Keys and values: the leaves from one read of the whole store, nested levels as store handles."""
         dense = self._dense()
         result = []
-        for key in self.keys(include_nested, leaves_only, is_leaf):
+        for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
             value = dense.get(key)
             if isinstance(value, TensorDictBase):
                 value = self._view(self._path + key_to_tuple(key), value.batch_size)
@@ -485,8 +487,8 @@ class TensorDictStore(TensorDictBase):
         plan.commit()
         return self
 
-    def set_(self, key: Any, item: Any) -> "TensorDictStore":
-        """Write ``item`` into the existing entry at ``key``, keeping its shape and dtype."""
+    def set_(self, key: Any, item: Any, *, non_blocking: bool = False) -> "TensorDictStore":
+        """Write ``item`` into the existing entry at ``key``, keeping its shape and dtype (synchronously)."""
         from ._io import WritePlan
 
         plan = WritePlan(self._connection)
@@ -494,23 +496,36 @@ class TensorDictStore(TensorDictBase):
         plan.commit()
         return self
 
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *,
-               keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> "TensorDictStore":
-        """Write every entry of ``input_dict_or_td`` (nested levels merged) in one transaction; every entry is
-        checked first, so a refused update writes nothing."""
+    def update(self, input_dict_or_td: Any = None, clone: bool = False, inplace: bool = False, *,
+               non_blocking: bool = False, keys_to_update: Optional[Sequence[Any]] = None,
+               is_leaf: Optional[Callable] = None, update_batch_size: bool = False, ignore_lock: bool = False,
+               **kwargs: Any) -> "TensorDictStore":
+        """Write every entry of ``input_dict_or_td`` and the keyword entries (nested levels merged) in one
+        transaction; every entry is checked first, so a refused update writes nothing.
+
+        ``non_blocking`` and ``is_leaf`` change nothing (the writes are synchronous; nested levels are merged);
+        ``update_batch_size=True`` is refused (the batch size is the store's); ``ignore_lock`` writes into a
+        locked store.
+        """
         from ._io import WritePlan
 
+        if update_batch_size:
+            raise RuntimeError("update(update_batch_size=True) can't change the batch size of a TensorDictStore.")
+        source = entries_to_update(input_dict_or_td, kwargs)
         wanted = None if keys_to_update is None else [key_to_tuple(key) for key in keys_to_update]
         plan = WritePlan(self._connection)
-        self._plan_update(plan, (), input_dict_or_td, inplace, wanted, False)
+        with _lock_ignored(self, ignore_lock):
+            self._plan_update(plan, (), source, inplace, wanted, False)
         plan.commit()
         return self
 
-    def update_(self, input_dict_or_td: Any, clone: bool = False, *,
+    def update_(self, input_dict_or_td: Any = None, clone: bool = False, *, non_blocking: bool = False,
                 keys_to_update: Optional[Sequence[Any]] = None, **kwargs: Any) -> "TensorDictStore":
-        """Write every entry of ``input_dict_or_td`` into the existing entries (KeyError for a new one)."""
+        """Write every entry of ``input_dict_or_td`` and the keyword entries into the existing entries (KeyError
+        for a new one; ``non_blocking`` changes nothing: the writes are synchronous)."""
         from ._io import WritePlan
 
+        input_dict_or_td = entries_to_update(input_dict_or_td, kwargs)
         wanted = None if keys_to_update is None else [key_to_tuple(key) for key in keys_to_update]
         plan = WritePlan(self._connection)
         try:
@@ -771,3 +786,17 @@ def _non_tensor_cells(selection: Any, meta: dict, leaf: Any, shown: Any) -> Opti
     for slot, position in enumerate(selection.positions()):
         values[position * cell:(position + 1) * cell] = written[slot * cell:(slot + 1) * cell]
     return {"kind": JSON_STACK, "batch_size": list(batch), "values": values, "n": meta.get("n", 0)}
+
+
+@contextlib.contextmanager
+def _lock_ignored(store: TensorDictStore, ignore: bool) -> Iterator[None]:
+    """``update(ignore_lock=True)``: the store's lock lifted for the planning of one update (this process only)."""
+    if not ignore or not store.is_locked:
+        yield
+        return
+    store.is_locked = False
+    try:
+        yield
+    finally:
+        store.is_locked = True
+

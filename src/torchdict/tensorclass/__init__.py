@@ -175,8 +175,8 @@ class TensorClass(FormatReadersMixin, _Base):
     def batch_size(self, value: Any) -> None:
         self._tensordict.batch_size = value
 
-    # batch_size's own getter (no second property call); mypy sees a property with a setter as overloaded.
-    shape = property(batch_size.fget, doc="The batch size (read-only alias).")  # type: ignore[attr-defined]
+    # batch_size's own getter (no second property call); getattr: mypy sees a property with a setter as overloaded.
+    shape = property(getattr(batch_size, "fget"), doc="The batch size (read-only alias).")
 
     @property
     def device(self) -> Optional[torch.device]:
