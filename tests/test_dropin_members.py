@@ -28,7 +28,7 @@ def _missing_members() -> list:
         "load_memmap_", "make_memmap", "make_memmap_from_storage", "make_memmap_from_tensor", "memmap_refresh_",
         "from_csv", "from_h5", "from_json", "from_pandas", "from_parquet", "from_struct_array", "from_zarr",
         "to_csv", "to_h5", "to_json", "to_mds", "to_pandas", "to_parquet", "to_store", "to_struct_array", "to_zarr",
-        "pack", "from_schema",
+        "pack",
     }
     theirs = {name for name in dir(upstream.TensorDict) if not name.startswith("_")}
     return sorted(name for name in theirs - owned_elsewhere if not hasattr(torchdict.TensorDict, name))

@@ -119,6 +119,22 @@ class ConstructorsMixin(TensorDictHost):
                       batch_size)
 
     @classmethod
+    def from_schema(cls, schema: dict, *, batch_size: Any = None, storage: Optional[str] = None, device: Any = None,
+                    **kwargs: Any) -> Any:
+        """A zero-filled collection with one entry per ``schema`` key, ``(element shape, dtype)``, of batch
+        ``batch_size``. ``storage``: None (a TensorDict), ``"memmap"`` (``prefix=``, as ``memmap_like``),
+        ``"shared"`` (shared memory), ``"h5"`` / ``"zarr"`` (a PersistentTensorDict at ``filename=``),
+        ``"redis"`` / ``"dragonfly"`` (a TensorDictStore; ``host=``, ``port=``...). ``ValueError`` otherwise.
+
+        >>> td = TensorDict.from_schema({"obs": ([4], torch.uint8), "reward": ([], torch.float32)}, batch_size=[2])
+        >>> td["obs"].shape, td["reward"].dtype
+        (torch.Size([2, 4]), torch.float32)
+        """
+        from ._from_schema import from_schema
+
+        return from_schema(schema, batch_size, storage, device, kwargs)
+
+    @classmethod
     def from_any(cls, obj: Any, *, auto_batch_size: bool = False, batch_dims: Optional[int] = None,
                  device: Any = None, batch_size: Any = None) -> Any:
         """A TensorDict from a mapping, namedtuple, dataclass, tuple (keys ``"0"``, ``"1"``, ...) or

@@ -383,16 +383,10 @@ class LazyConstructorsMixin(LazyHost):
     @classmethod
     def from_schema(cls, schema: dict, *, batch_size: Any = None, storage: Optional[str] = None,
                     device: Any = None, **kwargs: Any) -> Any:
-        """A zero-filled TensorDict with one entry per ``schema`` key: ``(feature shape, dtype)``."""
-        from ..tensordict import TensorDict
+        """``TensorDict.from_schema`` (upstream builds the same dense or stored collection here)."""
+        from .._from_schema import from_schema
 
-        if storage is not None:
-            raise NotImplementedError("from_schema(storage=...) is not supported.")
-        batch = torch.Size(batch_size or ())
-        result = TensorDict({}, batch_size=batch, device=device)
-        for key, (shape, dtype) in schema.items():
-            result.set(key, torch.zeros((*batch, *shape), dtype=dtype, device=device))
-        return result
+        return from_schema(schema, batch_size, storage, device, kwargs)
 
     def from_dict_instance(self, input_dict: Any, *, auto_batch_size: Optional[bool] = None, batch_size: Any = None,
                            device: Any = None, batch_dims: Optional[int] = None, names: Any = None) -> Any:
