@@ -24,6 +24,7 @@ from ._shape import batch_dim
 from .nontensor import NON_TENSOR_TYPES, NonTensorData, combine_non_tensor
 from ._unbatched import UnbatchedTensor as _Unbatched, stack_unbatched
 from .nontensor._metadata import concatenated_metadata, stacked_metadata
+from .nontensor._stack_values import stack_single_values
 
 if TYPE_CHECKING:
     from ._host import TensorDictHost
@@ -355,6 +356,9 @@ def _stack_non_tensor(leaves: list, dim: int) -> Any:
     captured = captured_stack(leaves, dim)  # set_capture_non_tensor_stack(True): equal values stay one
     if captured is not None:
         return captured
+    single = stack_single_values(leaves, dim)  # one value per leaf: no grid of codes per leaf
+    if single is not None:
+        return single
     return combine_non_tensor(leaves, lambda grids: torch.stack(grids, dim))
 
 
